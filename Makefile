@@ -1,0 +1,40 @@
+# Two commands do everything: `make demo` and `make test`. Both build .venv first if needed.
+#
+# PYTHON may be overridden (make test PYTHON=/path/to/python3.12). Otherwise the first of
+# python3.12 on PATH, or a pyenv-managed 3.12, that actually runs is used.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DEMO_DIR ?= runs/demo
+
+PYTHON ?= $(shell for p in python3.12 "$$(PYENV_VERSION=$$(pyenv versions --bare 2>/dev/null \
+	| grep -m1 '^3\.12') pyenv which python3.12 2>/dev/null)"; do [ -n "$$p" ] \
+	&& "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null \
+	&& { echo "$$p"; break; }; done)
+
+.PHONY: venv demo test test-fast lint faults bench clean-demo
+
+venv: $(VENV)/.installed
+
+# Rebuilt only when pyproject.toml changes, so a second `make` does nothing.
+$(VENV)/.installed: pyproject.toml
+	@if [ -z "$(PYTHON)" ]; then echo "error: Python >= 3.12 not found; run with PYTHON=/path/to/python3.12" >&2; exit 1; fi
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	@touch $@
+
+demo: venv
+	$(PY) -m transformer_jax.main --config=configs/demo.py --workdir=$(DEMO_DIR)
+
+test: venv
+	$(PY) -m pytest -q
+
+test-fast: venv
+	$(PY) -m pytest -q -m "not slow"
+
+lint: venv
+	$(VENV)/bin/ruff check transformer_jax configs experiments tests launch
+
+clean-demo:
+	rm -rf $(DEMO_DIR)

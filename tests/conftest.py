@@ -1,0 +1,18 @@
+"""Test set-up: 8 fake CPU devices for the parallel tests (set before JAX is imported)."""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def builtin_data_dir(tmp_path_factory):
+    """The built-in corpus written once as TFDS array_record for the whole session."""
+    from transformer_jax.data import sources
+
+    data_dir = tmp_path_factory.mktemp("tfds")
+    sources.prepare_builtin(str(data_dir))
+    return data_dir

@@ -1,0 +1,113 @@
+"""Configs: the paper's values, every Table 3 variant, and one-line refusals of bad values."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transformer_jax import config as config_lib
+from transformer_jax.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE3_VARIANTS = ["base", "A_h1", "A_h4", "A_h16", "A_h32", "B_dk16", "B_dk32", "C_N2", "C_N4",
+                   "C_N8", "C_d256", "C_d1024", "C_ff1024", "C_ff4096", "D_drop0", "D_drop02",
+                   "D_ls0", "D_ls02", "E_learned", "big"]
+
+
+def test_base_config_holds_the_papers_values():
+    c = config_lib.build("base")
+    m = c.model
+    assert (m.num_layers, m.d_model, m.d_ff, m.num_heads) == (6, 512, 2048, 8)
+    assert config_lib.derived_dims(m) == (64, 64)
+    assert m.dropout_rate == 0.1 and c.train.label_smoothing == 0.1
+    assert (c.optim.b1, c.optim.b2, c.optim.eps, c.optim.warmup_steps) == (0.9, 0.98, 1e-9, 4000)
+    assert c.data.vocab_size == 37000 and c.data.tokens_per_batch == 25000
+    assert (c.decode.beam_size, c.decode.alpha, c.decode.max_len_offset) == (4, 0.6, 50)
+    assert c.train.num_steps == 100_000 and c.train.keep_checkpoints == 5
+    assert m.norm == "post" and m.positions == "sinusoidal" and m.share_embeddings
+
+
+def test_big_config():
+    c = config_lib.build("big")
+    assert (c.model.d_model, c.model.d_ff, c.model.num_heads, c.model.dropout_rate) == (
+        1024, 4096, 16, 0.3)
+    assert c.train.num_steps == 300_000 and c.train.keep_checkpoints == 20
+    assert config_lib.build("big", "wmt14_enfr").model.dropout_rate == 0.1
+
+
+def test_every_table3_variant_is_defined_and_valid():
+    assert list(config_lib.VARIANTS) == TABLE3_VARIANTS
+    for name in TABLE3_VARIANTS:
+        config_lib.validate(config_lib.build(name))
+
+
+@pytest.mark.parametrize("name,heads,d_k", [("A_h1", 1, 512), ("A_h4", 4, 128),
+                                            ("base", 8, 64), ("A_h16", 16, 32),
+                                            ("A_h32", 32, 16)])
+def test_row_a_keeps_h_times_dk_constant(name, heads, d_k):
+    m = config_lib.build(name).model
+    assert m.num_heads == heads and config_lib.derived_dims(m) == (d_k, d_k)
+    assert m.num_heads * config_lib.derived_dims(m)[0] == 512
+
+
+def test_row_b_changes_dk_alone():
+    m = config_lib.build("B_dk16").model
+    assert config_lib.derived_dims(m) == (16, 64)
+
+
+def test_dataset_is_a_field_of_its_own():
+    assert config_lib.from_arg("A_h4,dataset=builtin").data.name == "builtin"
+    assert config_lib.from_arg("A_h4").data.name == "wmt14_ende"
+    enfr = config_lib.build("base", "wmt14_enfr")
+    assert (enfr.data.target_lang, enfr.data.vocab_size) == ("fr", 32000)
+
+
+@pytest.mark.parametrize("path,value,message", [
+    ("model.d_model", 0, "model.d_model=0 must be an integer >= 1"),
+    ("model.num_heads", 7, "model.num_heads=7 must divide model.d_model=512"),
+    ("model.dropout_rate", 1.0, "model.dropout_rate=1.0 must be a number in [0.0, 1.0)"),
+    ("train.label_smoothing", -0.1, "train.label_smoothing=-0.1 must be a number"),
+    ("model.positions", "rotary", "model.positions='rotary' is not one of"),
+    ("data.max_len", 1024, "data.max_len=1024 exceeds model.max_len=512"),
+    ("optim.eps", 0.0, "optim.eps=0.0 must be a number in (0.0, inf]"),
+])
+def test_invalid_values_are_refused_naming_the_field(path, value, message):
+    c = config_lib.build("base")
+    section, field = path.split(".")
+    c[section][field] = value
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")
+                       .replace("[", r"\[").replace("]", r"\]")):
+        config_lib.validate(c)
+
+
+def test_num_heads_need_not_divide_d_model_when_dk_and_dv_are_set():
+    c = config_lib.build("base")
+    c.model.num_heads, c.model.d_k, c.model.d_v = 7, 64, 64
+    config_lib.validate(c)
+
+
+def test_unknown_variant_and_dataset():
+    with pytest.raises(ConfigError, match="unknown variant 'A_h3'"):
+        config_lib.build("A_h3")
+    with pytest.raises(ConfigError, match="unknown dataset 'wmt19'"):
+        config_lib.build("base", "wmt19")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--config=configs/table3.py:A_h3"], "error: unknown variant 'A_h3'"),
+    (["--config=configs/base.py", "--config.model.colour=red"],
+     "error: unknown config field config.model.colour"),
+    (["--config=configs/base.py", "--config.model.num_heads=-1"],
+     "error: model.num_heads=-1 must be an integer >= 1"),
+    (["--config=configs/base.py", "--config.model.d_model=big"],
+     "error: flag --config.model.d_model=big: invalid literal"),
+    (["--config=configs/missing.py"], "error: --config: no config file configs/missing.py"),
+])
+def test_command_line_errors_are_one_line(args, message):
+    result = subprocess.run([sys.executable, "-m", "transformer_jax.params", *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(message)

@@ -1,0 +1,153 @@
+"""The model: the paper's formulas, masks that leak nothing, and the read-out of attention."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer_jax.model import Transformer, TransformerConfig, shift_right, sinusoidal_positions
+
+TINY = TransformerConfig(vocab_size=50, num_layers=2, d_model=32, d_ff=64, num_heads=4, d_k=8,
+                         d_v=8, dropout_rate=0.0, max_len=64, deterministic=True)
+
+
+def init(config=TINY, src_len=7, tgt_len=6):
+    model = Transformer(config)
+    src = jnp.ones((2, src_len), jnp.int32)
+    tgt = jnp.ones((2, tgt_len), jnp.int32)
+    return model, model.init(jax.random.key(0), src, tgt)
+
+
+def random_tokens(shape, seed):
+    return jnp.asarray(np.random.default_rng(seed).integers(3, 50, shape), jnp.int32)
+
+
+def test_sinusoidal_positions_seed_example():
+    pe = sinusoidal_positions(3, 4)
+    np.testing.assert_allclose(pe[0], [0, 1, 0, 1], atol=5e-4)
+    np.testing.assert_allclose(pe[1], [0.841, 0.540, 0.010, 1.000], atol=5e-4)
+    np.testing.assert_allclose(pe[2], [0.909, -0.416, 0.020, 1.000], atol=5e-4)
+
+
+def test_sinusoidal_positions_formula():
+    pe = sinusoidal_positions(50, 16)
+    pos, i = 37, 5  # dimension 2i = 10 and 2i + 1 = 11
+    np.testing.assert_allclose(pe[pos, 2 * i], np.sin(pos / 10000 ** (2 * i / 16)), rtol=1e-6)
+    np.testing.assert_allclose(pe[pos, 2 * i + 1], np.cos(pos / 10000 ** (2 * i / 16)),
+                               rtol=1e-6)
+
+
+def test_causal_mask_leaks_nothing():
+    model, variables = init()
+    src = random_tokens((2, 7), 0)
+    tgt = random_tokens((2, 6), 1)
+    changed = tgt.at[:, 4:].set(random_tokens((2, 2), 2))
+    a = model.apply(variables, src, tgt)
+    b = model.apply(variables, src, changed)
+    # Logits at position t depend on targets < t (inputs are shifted right): 0..4 unchanged.
+    np.testing.assert_allclose(a[:, :5], b[:, :5], atol=1e-6)
+    assert not np.allclose(a[:, 5], b[:, 5])
+
+
+def test_padding_changes_no_real_logit():
+    model, variables = init()
+    src = random_tokens((2, 7), 3)
+    tgt = random_tokens((2, 6), 4)
+    a = model.apply(variables, src, tgt)
+    padded = model.apply(variables, jnp.pad(src, ((0, 0), (0, 9))),
+                         jnp.pad(tgt, ((0, 0), (0, 5))))
+    np.testing.assert_allclose(a, padded[:, :6], atol=1e-5)
+
+
+def test_packed_row_equals_separate_sequences():
+    model, variables = init()
+    s1, s2 = random_tokens((1, 4), 5), random_tokens((1, 3), 6)
+    t1, t2 = random_tokens((1, 3), 7), random_tokens((1, 5), 8)
+    packed = model.apply(
+        variables, jnp.concatenate([s1, s2], 1), jnp.concatenate([t1, t2], 1),
+        inputs_segment_ids=jnp.array([[1, 1, 1, 1, 2, 2, 2]]),
+        targets_segment_ids=jnp.array([[1, 1, 1, 2, 2, 2, 2, 2]]),
+        inputs_positions=jnp.array([[0, 1, 2, 3, 0, 1, 2]]),
+        targets_positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 4]]))
+    np.testing.assert_allclose(packed[:, :3], model.apply(variables, s1, t1), atol=1e-5)
+    np.testing.assert_allclose(packed[:, 3:], model.apply(variables, s2, t2), atol=1e-5)
+
+
+def test_shift_right_restarts_each_segment():
+    targets = jnp.array([[5, 6, 7, 8, 9, 0]])
+    segments = jnp.array([[1, 1, 2, 2, 2, 0]])
+    np.testing.assert_array_equal(shift_right(targets), [[0, 5, 6, 7, 8, 9]])
+    np.testing.assert_array_equal(shift_right(targets, segments), [[0, 5, 0, 7, 8, 0]])
+
+
+def test_attention_weights_read_out_without_changing_outputs():
+    model, variables = init()
+    src, tgt = random_tokens((2, 7), 9), random_tokens((2, 6), 10)
+    plain = model.apply(variables, src, tgt)
+    logits, state = model.apply(variables, src, tgt, mutable=["intermediates"])
+    np.testing.assert_array_equal(plain, logits)
+    inter = state["intermediates"]
+    enc = inter["encoder"]["layer_1"]["self_attention"]["attention_weights"][0]
+    dec_self = inter["decoder"]["layer_0"]["self_attention"]["attention_weights"][0]
+    cross = inter["decoder"]["layer_0"]["cross_attention"]["attention_weights"][0]
+    assert enc.shape == (2, 4, 7, 7)
+    assert dec_self.shape == (2, 4, 6, 6)
+    assert cross.shape == (2, 4, 6, 7)
+    np.testing.assert_allclose(np.triu(dec_self[0, 0], 1), 0.0)  # causal
+    np.testing.assert_allclose(cross.sum(-1), 1.0, rtol=1e-5)
+
+
+def test_dk_and_dv_are_independent_of_d_model():
+    config = TINY.replace(num_heads=2, d_k=4, d_v=12)
+    _, variables = init(config)
+    attn = variables["params"]["encoder"]["layer_0"]["self_attention"]
+    # Fused Q, K, V projection: 2 heads x (4 + 4 + 12).
+    assert attn["qkv"]["kernel"].shape == (32, 2 * (4 + 4 + 12))
+    assert attn["out"]["kernel"].shape == (2 * 12, 32)
+
+
+def test_one_matrix_shared_by_source_target_and_softmax():
+    _, variables = init()
+    params = variables["params"]
+    assert [k for k in params if "embed" in k] == ["shared_embedding"]
+    _, unshared = init(TINY.replace(share_embeddings=False))
+    names = set(unshared["params"])
+    assert {"source_embedding", "target_embedding", "output_projection"} <= names
+
+
+@pytest.mark.parametrize("change", [dict(norm="pre"), dict(positions="learned"),
+                                    dict(num_kv_heads=2)])
+def test_switches_build_and_run(change):
+    model, variables = init(TINY.replace(**change))
+    out = model.apply(variables, random_tokens((2, 7), 11), random_tokens((2, 6), 12))
+    assert out.shape == (2, 6, 50) and np.all(np.isfinite(out))
+    if change.get("norm") == "pre":
+        assert "final_norm" in variables["params"]["encoder"]
+    if change.get("positions") == "learned":
+        assert "position_embedding" in variables["params"]["encoder"]["embed"]
+
+
+def test_embeddings_scaled_by_sqrt_d_model():
+    model, variables = init(TINY.replace(num_layers=0))
+    # With no layers the decoder output is embed * sqrt(d) + PE; the logits are its product
+    # with the embedding matrix.
+    src = random_tokens((1, 3), 13)
+    tgt = random_tokens((1, 4), 14)
+    logits = model.apply(variables, src, tgt)
+    table = variables["params"]["shared_embedding"]["embedding"]
+    inputs = shift_right(tgt)
+    x = table[inputs[0]] * np.sqrt(32) + sinusoidal_positions(4, 32)
+    bias = variables["params"]["logits_bias"]
+    np.testing.assert_allclose(logits[0], x @ table.T + bias, rtol=1e-4, atol=1e-4)
+
+
+def test_dropout_is_active_in_training_and_off_in_evaluation():
+    config = TINY.replace(dropout_rate=0.3, deterministic=False)
+    model, variables = init(config.replace(deterministic=True))
+    src, tgt = random_tokens((2, 7), 15), random_tokens((2, 6), 16)
+    a = Transformer(config).apply(variables, src, tgt, rngs={"dropout": jax.random.key(1)})
+    b = Transformer(config).apply(variables, src, tgt, rngs={"dropout": jax.random.key(2)})
+    assert not np.allclose(a, b)
+    e1 = model.apply(variables, src, tgt)
+    e2 = model.apply(variables, src, tgt)
+    np.testing.assert_array_equal(e1, e2)

@@ -1,0 +1,173 @@
+"""Training: the schedule, label smoothing, the pmapped step and checkpoints."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from transformer_jax import checkpoints, parallel, train
+from transformer_jax import config as config_lib
+from transformer_jax.model import TransformerConfig
+
+TINY = TransformerConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, d_k=8,
+                         d_v=8, dropout_rate=0.0, max_len=32)
+
+
+@pytest.mark.parametrize("step,expected", [
+    (1, 512 ** -0.5 * 4000 ** -1.5),  # 1.747e-7: warmup starts near zero
+    (1000, 512 ** -0.5 * 1000 * 4000 ** -1.5),  # linear warmup
+    (4000, 512 ** -0.5 * 4000 ** -0.5),  # the peak, 6.99e-4
+    (16000, 512 ** -0.5 * 16000 ** -0.5),  # inverse square root decay
+])
+def test_schedule_values(step, expected):
+    schedule = train.learning_rate_schedule(512, 4000)
+    assert float(schedule(step - 1)) == pytest.approx(expected, rel=1e-5)
+
+
+def test_schedule_peak_for_base():
+    schedule = train.learning_rate_schedule(512, 4000)
+    assert float(schedule(3999)) == pytest.approx(6.988e-4, rel=1e-3)
+    assert float(schedule(3999)) > float(schedule(3998))
+    assert float(schedule(3999)) > float(schedule(4000))
+
+
+def smoothed_target(vocab, eps, label):
+    """The target distribution, read off the loss gradient: softmax(z) - dL/dz."""
+    logits = jnp.zeros((1, 1, vocab))
+
+    def loss(z):
+        return train.label_smoothed_cross_entropy(z, jnp.array([[label]]), jnp.ones((1, 1)),
+                                                  eps)[0]
+
+    return np.asarray(jax.nn.softmax(logits)[0, 0] - jax.grad(loss)(logits)[0, 0])
+
+
+def test_label_smoothing_seed_example():
+    np.testing.assert_allclose(smoothed_target(5, 0.1, 0), [0.92, 0.02, 0.02, 0.02, 0.02],
+                               atol=1e-6)
+
+
+def test_label_smoothing_equals_optax_smooth_labels():
+    rng = np.random.default_rng(0)
+    logits = jnp.asarray(rng.normal(size=(2, 3, 7)), jnp.float32)
+    labels = jnp.asarray(rng.integers(0, 7, (2, 3)))
+    weights = jnp.array([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    loss, nll = train.label_smoothed_cross_entropy(logits, labels, weights, 0.2)
+    targets = optax.smooth_labels(jax.nn.one_hot(labels, 7), 0.2)
+    expected = jnp.sum(optax.softmax_cross_entropy(logits, targets) * weights)
+    expected_nll = jnp.sum(
+        optax.softmax_cross_entropy_with_integer_labels(logits, labels) * weights)
+    assert float(loss) == pytest.approx(float(expected), rel=1e-5)
+    assert float(nll) == pytest.approx(float(expected_nll), rel=1e-5)
+
+
+def random_batch(rows, length, seed, fixed_lengths=None):
+    """A packed-looking batch: two segments per row, then padding."""
+    rng = np.random.default_rng(seed)
+    batch = {}
+    for f in ("inputs", "targets"):
+        seg = np.zeros((rows, length), np.int32)
+        pos = np.zeros((rows, length), np.int32)
+        for r in range(rows):
+            a, b = fixed_lengths or (rng.integers(2, length // 2), 0)
+            b = b or rng.integers(2, length - a)
+            seg[r, :a], seg[r, a:a + b] = 1, 2
+            pos[r, :a], pos[r, a:a + b] = np.arange(a), np.arange(b)
+        batch[f] = np.where(seg > 0, rng.integers(3, 40, (rows, length)), 0).astype(np.int32)
+        batch[f + "_segment_ids"] = seg
+        batch[f + "_positions"] = pos
+    return batch
+
+
+def run_steps(num_devices, batches, eps=1e-9):
+    config = config_lib.build("base")
+    config.optim.warmup_steps = 10
+    config.optim.eps = eps
+    devices = jax.local_devices()[:num_devices]
+    state = train.create_train_state(config, TINY, jax.random.key(0))
+    p_train, _ = train.pmapped_steps(config, TINY, devices)
+    p_state = parallel.replicate(state, devices)
+    losses = []
+    for batch in batches:
+        p_state, metrics = p_train(p_state, parallel.shard(batch, num_devices),
+                                   jax.random.key(1))
+        losses.append(float(metrics["loss_sum"][0] / metrics["tokens"][0]))
+    return losses, parallel.unreplicate(p_state.params)
+
+
+def test_pmap_on_8_devices_equals_one_device():
+    assert jax.local_device_count() == 8, "conftest sets 8 fake CPU devices"
+    batches = [random_batch(16, 24, seed) for seed in range(3)]
+    losses1, params1 = run_steps(1, batches)
+    losses8, params8 = run_steps(8, batches)
+    np.testing.assert_allclose(losses8, losses1, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(params8), jax.tree.leaves(params1), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
+    assert losses1[2] < losses1[0]
+
+
+def test_dropout_differs_per_device_and_step():
+    config = config_lib.build("base")
+    model_config = TINY.replace(dropout_rate=0.5)
+    devices = jax.local_devices()[:2]
+    state = train.create_train_state(config, model_config, jax.random.key(0))
+    p_train, _ = train.pmapped_steps(config, model_config, devices)
+    batch = random_batch(4, 16, 0)
+    same = {k: np.concatenate([v[:2], v[:2]]) for k, v in batch.items()}  # both devices alike
+    _, metrics = p_train(parallel.replicate(state, devices), parallel.shard(same, 2),
+                         jax.random.key(1))
+    # The loss is psummed; recompute per device without psum via two one-device runs.
+    p_one, _ = train.pmapped_steps(config, model_config, devices[:1])
+    one = {k: v[:2] for k, v in batch.items()}
+    _, m1 = p_one(parallel.replicate(state, devices[:1]), parallel.shard(one, 1),
+                  jax.random.key(1))
+    # Identical halves with identical dropout would give exactly twice the one-device sum.
+    assert float(metrics["loss_sum"][0]) != pytest.approx(2 * float(m1["loss_sum"][0]),
+                                                          rel=1e-6)
+
+
+def test_checkpoint_restores_what_was_saved(tmp_path):
+    config = config_lib.build("base")
+    state = train.create_train_state(config, TINY, jax.random.key(0))
+    state = state.replace(step=jnp.asarray(7))
+    ckpts = checkpoints.Checkpoints(tmp_path, keep=2)
+    ckpts.save(7, state, None, {"vocab_size": 40})
+    ckpts.wait()
+    fresh = train.create_train_state(config, TINY, jax.random.key(1))
+    restored, meta = ckpts.restore(7, fresh)
+    assert meta == {"vocab_size": 40} and int(restored.step) == 7
+    for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(state.params),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(jax.tree.leaves(restored.opt_state), jax.tree.leaves(state.opt_state),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+    ckpts.close()
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    config = config_lib.build("base")
+    config.optim.warmup_steps = 10
+    # Equal token counts in both halves: optax.MultiSteps averages micro-batch gradients,
+    # each normalised by its own tokens, which is then exactly the big batch's gradient.
+    # Adam's first step moves every weight by about lr * sign(g); with eps = 1e-9 a weight
+    # whose gradient is near zero flips on rounding differences between the two orders of
+    # summation, so this comparison uses eps = 1e-6.
+    config.optim.eps = 1e-6
+    big = random_batch(8, 24, 5, fixed_lengths=(9, 7))
+    halves = [{k: v[:4] for k, v in big.items()}, {k: v[4:] for k, v in big.items()}]
+    _, params_big = run_steps(1, [big], eps=1e-6)
+    config.optim.grad_accum_steps = 2
+    devices = jax.local_devices()[:1]
+    state = train.create_train_state(config, TINY, jax.random.key(0))
+    p_train, _ = train.pmapped_steps(config, TINY, devices)
+    p_state = parallel.replicate(state, devices)
+    for half in halves:
+        p_state, _ = p_train(p_state, parallel.shard(half, 1), jax.random.key(1))
+    params_acc = parallel.unreplicate(p_state.params)
+    for a, b in zip(jax.tree.leaves(params_acc), jax.tree.leaves(params_big), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+    initial = train.init_params(TINY, jax.random.key(0))
+    assert any(not np.allclose(a, b) for a, b in zip(jax.tree.leaves(params_acc),
+                                                     jax.tree.leaves(initial), strict=True))

@@ -1,0 +1,270 @@
+"""Experiment configuration: the paper's defaults, the named model variants, and validation.
+
+Every config file under ``configs/`` is a thin ``get_config(arg)`` that calls :func:`build`
+with a variant name and a dataset name. Variants are data (``VARIANTS``): the base model,
+the big model and every row of Table 3 of the paper, each a small dict of overrides on the
+base model. A config is a ``ml_collections.ConfigDict`` with five sections:
+
+* ``model``  -- the architecture (names as in the paper: ``d_model``, ``d_ff``, ``num_heads``...)
+* ``data``   -- which dataset, vocabulary and batching
+* ``optim``  -- Adam and the warmup schedule
+* ``train``  -- steps, label smoothing, logging, checkpoints, parallelism
+* ``decode`` -- decoding strategy (the paper's beam search by default)
+
+:func:`validate` refuses an invalid config with one :class:`ConfigError` naming the field and
+the allowed range, before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ml_collections
+
+from transformer_jax.errors import ConfigError
+
+# Table 3 of the paper: each row is a set of overrides on the base model. Row A keeps
+# h * d_k = 512 constant; row C's d_model rows change d_k = d_v with it.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "base": {},
+    "A_h1": dict(num_heads=1, d_k=512, d_v=512),
+    "A_h4": dict(num_heads=4, d_k=128, d_v=128),
+    "A_h16": dict(num_heads=16, d_k=32, d_v=32),
+    "A_h32": dict(num_heads=32, d_k=16, d_v=16),
+    "B_dk16": dict(d_k=16),
+    "B_dk32": dict(d_k=32),
+    "C_N2": dict(num_layers=2),
+    "C_N4": dict(num_layers=4),
+    "C_N8": dict(num_layers=8),
+    "C_d256": dict(d_model=256, d_k=32, d_v=32),
+    "C_d1024": dict(d_model=1024, d_k=128, d_v=128),
+    "C_ff1024": dict(d_ff=1024),
+    "C_ff4096": dict(d_ff=4096),
+    "D_drop0": dict(dropout_rate=0.0),
+    "D_drop02": dict(dropout_rate=0.2),
+    "D_ls0": dict(label_smoothing=0.0),
+    "D_ls02": dict(label_smoothing=0.2),
+    "E_learned": dict(positions="learned"),
+    # The big model: 300K steps and the last 20 checkpoints averaged (set in `build`).
+    "big": dict(d_model=1024, d_ff=4096, num_heads=16, dropout_rate=0.3),
+}
+
+# Keys of a variant that live outside `config.model`.
+_TRAIN_KEYS = {"label_smoothing": "train"}
+
+DATASETS = ("builtin", "wmt14_ende", "wmt14_enfr", "text")
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "model.positions": ("sinusoidal", "learned"),
+    "model.norm": ("post", "pre"),
+    "model.attention": ("dense",),
+    "model.dtype": ("float32",),
+    "data.name": DATASETS,
+    "train.parallel": ("pmap",),
+    "decode.strategy": ("greedy", "beam"),
+}
+
+
+def base_config() -> ml_collections.ConfigDict:
+    """The paper's Transformer (base) and its WMT14 EN-DE training recipe."""
+    c = ml_collections.ConfigDict()
+    c.variant = "base"
+
+    c.model = m = ml_collections.ConfigDict()
+    m.num_layers = 6  # N, the same for encoder and decoder
+    m.d_model = 512
+    m.d_ff = 2048
+    m.num_heads = 8  # h
+    m.d_k = 0  # 0: derived as d_model // num_heads
+    m.d_v = 0  # 0: derived as d_model // num_heads
+    m.dropout_rate = 0.1  # P_drop: sub-layer outputs and embedding + position sums
+    # The paper names no dropout on attention weights; tensor2tensor added it later.
+    m.attention_dropout_rate = 0.0
+    m.share_embeddings = True  # source, target and pre-softmax share one matrix
+    m.positions = "sinusoidal"  # or "learned" (Table 3 row E)
+    m.norm = "post"  # the paper's LayerNorm(x + Sublayer(x)); "pre" is LayerNorm first
+    m.max_len = 512  # positions table size; longest sequence the model accepts
+    m.attention = "dense"
+    m.dtype = "float32"
+
+    c.data = d = ml_collections.ConfigDict()
+    d.name = "wmt14_ende"
+    d.data_dir = ""  # TFDS data dir; "" = TFDS default (~/tensorflow_datasets)
+    d.source_lang = "en"
+    d.target_lang = "de"
+    d.train_files = ""  # for name="text": "src.txt,tgt.txt" or "pairs.tsv"
+    d.eval_files = ""
+    d.test_files = ""
+    d.vocab_size = 37000  # shared source-target BPE vocabulary
+    d.vocab_sample = 10_000_000  # characters per side sampled to train the vocabulary
+    d.max_len = 256  # tokens per sentence; longer pairs are counted and skipped
+    d.tokens_per_batch = 25_000  # per side, per optimizer step, summed over devices
+    d.packing = True
+    d.shuffle_seed = 0
+
+    c.optim = o = ml_collections.ConfigDict()
+    o.b1 = 0.9
+    o.b2 = 0.98
+    o.eps = 1e-9
+    o.warmup_steps = 4000
+    o.lr_scale = 1.0  # multiplies d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    o.grad_accum_steps = 1
+
+    c.train = t = ml_collections.ConfigDict()
+    t.num_steps = 100_000
+    t.label_smoothing = 0.1
+    t.seed = 0
+    t.log_every = 100
+    t.eval_every = 2000
+    t.eval_batches = 20  # batches of the validation split for loss/perplexity
+    t.checkpoint_every = 2000
+    t.keep_checkpoints = 5  # the base model averages the last 5
+    t.parallel = "pmap"
+    t.devices = 0  # local devices to train on; 0 = all of them
+    t.bleu_sentences = 0  # sentences decoded for BLEU at the end of training (0: none)
+    t.samples = 0  # sample translations printed at the end of training
+
+    c.decode = dc = ml_collections.ConfigDict()
+    dc.strategy = "beam"
+    dc.beam_size = 4
+    dc.alpha = 0.6  # GNMT length penalty ((5 + len) / 6) ** alpha
+    dc.max_len_offset = 50  # maximum output length = input length + 50
+    dc.batch_size = 64
+    return c
+
+
+def build(variant: str = "base", dataset: str = "wmt14_ende") -> ml_collections.ConfigDict:
+    """A config for a named variant of ``VARIANTS`` trained on a named dataset.
+
+    Raises ConfigError naming the variant or dataset if either is unknown.
+    """
+    if variant not in VARIANTS:
+        raise ConfigError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
+    c = base_config()
+    c.variant = variant
+    for key, value in VARIANTS[variant].items():
+        section = _TRAIN_KEYS.get(key, "model")
+        c[section][key] = value
+    if variant == "big":
+        c.train.num_steps = 300_000
+        c.train.keep_checkpoints = 20
+    set_dataset(c, dataset)
+    return c
+
+
+def set_dataset(c: ml_collections.ConfigDict, dataset: str) -> None:
+    """Points ``c.data`` at a dataset with the paper's settings for it."""
+    if dataset not in DATASETS:
+        raise ConfigError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
+    c.data.name = dataset
+    if dataset == "wmt14_enfr":
+        c.data.target_lang = "fr"
+        c.data.vocab_size = 32000
+        if c.variant == "big":
+            c.model.dropout_rate = 0.1  # the paper's big EN-FR uses P_drop = 0.1
+
+
+def from_arg(arg: str | None, default_variant: str = "base",
+             default_dataset: str = "wmt14_ende") -> ml_collections.ConfigDict:
+    """The config named by a config-file argument ``"VARIANT[,dataset=NAME]"``."""
+    variant, options = parse_variant_arg(arg, default_variant)
+    unknown = set(options) - {"dataset"}
+    if unknown:
+        raise ConfigError(f"unknown config option(s) {', '.join(sorted(unknown))} in {arg!r}; "
+                          "the only option is dataset=NAME")
+    return build(variant, options.get("dataset", default_dataset))
+
+
+def parse_variant_arg(arg: str | None, default: str = "base") -> tuple[str, dict[str, str]]:
+    """Splits a config-file argument like ``"A_h4,dataset=builtin"``.
+
+    Returns the variant name and a dict of the ``key=value`` options that follow it.
+    """
+    variant, options = default, {}
+    for part in (arg or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" in part:
+            key, value = part.split("=", 1)
+            options[key.strip()] = value.strip()
+        else:
+            variant = part
+    return variant, options
+
+
+def derived_dims(m: ml_collections.ConfigDict) -> tuple[int, int]:
+    """(d_k, d_v) with 0 resolved to d_model // num_heads."""
+    d_k = m.d_k or m.d_model // m.num_heads
+    d_v = m.d_v or m.d_model // m.num_heads
+    return d_k, d_v
+
+
+def _get(c: ml_collections.ConfigDict, path: str) -> Any:
+    node = c
+    for part in path.split("."):
+        node = node[part]
+    return node
+
+
+def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Checks every field the code relies on; returns ``c`` or raises ConfigError."""
+    positive_ints = [
+        "model.num_layers", "model.d_model", "model.d_ff", "model.num_heads", "model.max_len",
+        "data.vocab_size", "data.max_len", "data.tokens_per_batch", "data.vocab_sample",
+        "optim.warmup_steps", "optim.grad_accum_steps", "train.num_steps", "train.log_every",
+        "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
+        "decode.beam_size", "decode.batch_size",
+    ]
+    for path in positive_ints:
+        _check_int(c, path, low=1)
+    for path in ["model.d_k", "model.d_v", "train.eval_batches", "train.bleu_sentences",
+                 "train.samples", "decode.max_len_offset", "train.seed", "data.shuffle_seed",
+                 "train.devices"]:
+        _check_int(c, path, low=0)
+    m = c.model
+    for field in ("d_k", "d_v"):
+        if m[field] == 0 and m.d_model % m.num_heads:
+            raise ConfigError(
+                f"model.num_heads={m.num_heads} must divide model.d_model={m.d_model} "
+                f"when model.{field} is derived (0); set model.{field} explicitly or change "
+                "num_heads")
+    for path in ["model.dropout_rate", "model.attention_dropout_rate"]:
+        _check_float(c, path, 0.0, 1.0, high_open=True)
+    _check_float(c, "train.label_smoothing", 0.0, 1.0, high_open=True)
+    _check_float(c, "optim.b1", 0.0, 1.0, high_open=True)
+    _check_float(c, "optim.b2", 0.0, 1.0, high_open=True)
+    _check_float(c, "optim.eps", 0.0, math.inf, low_open=True)
+    _check_float(c, "optim.lr_scale", 0.0, math.inf, low_open=True)
+    _check_float(c, "decode.alpha", 0.0, math.inf)
+    for path, choices in CHOICES.items():
+        value = _get(c, path)
+        if value not in choices:
+            raise ConfigError(f"{path}={value!r} is not one of {', '.join(choices)}")
+    if c.data.max_len > m.max_len:
+        raise ConfigError(
+            f"data.max_len={c.data.max_len} exceeds model.max_len={m.max_len}; the model "
+            "has no positions beyond model.max_len")
+    if c.data.name == "text" and not c.data.train_files:
+        raise ConfigError("data.train_files is empty; data.name='text' needs "
+                          "'source.txt,target.txt' or 'pairs.tsv'")
+    return c
+
+
+def _check_int(c: ml_collections.ConfigDict, path: str, low: int) -> None:
+    value = _get(c, path)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{path}={value!r} must be an integer >= {low}")
+
+
+def _check_float(c: ml_collections.ConfigDict, path: str, low: float, high: float,
+                 low_open: bool = False, high_open: bool = False) -> None:
+    value = _get(c, path)
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (
+            value < high if high_open else value <= high)
+    if not ok:
+        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
+        raise ConfigError(f"{path}={value!r} must be a number in {lo}{low}, {high}{hi}")

@@ -1,0 +1,113 @@
+"""The shared source-target BPE vocabulary (SentencePiece).
+
+Ids: 0 is padding (and the decoder's start symbol), 1 is end of sentence, 2 is unknown.
+The model file lives in the workdir (``vocab/spm.model``) and is reused on resume; it is
+written to a temporary name and renamed, so a killed run never leaves half a vocabulary.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import sentencepiece as spm
+
+PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
+MODEL_NAME = "spm.model"
+
+
+class Tokenizer:
+    """Text <-> ids with a trained SentencePiece model."""
+
+    def __init__(self, model_path: str | os.PathLike):
+        self.path = Path(model_path)
+        self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str, add_eos: bool = True) -> list[int]:
+        """A sentence -> ids, ending with EOS_ID."""
+        ids = self.sp.encode(text)
+        return ids + [EOS_ID] if add_eos else ids
+
+    def encode_batch(self, texts: Sequence[str], add_eos: bool = True) -> list[list[int]]:
+        ids = self.sp.encode(list(texts))
+        return [x + [EOS_ID] for x in ids] if add_eos else ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Ids -> text, stopping at the first EOS (padding is skipped)."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == EOS_ID:
+                break
+            if i != PAD_ID:
+                out.append(i)
+        return self.sp.decode(out)
+
+    def pieces(self, ids: Iterable[int]) -> list[str]:
+        """The subword strings of ids, for labelling pictures."""
+        return [self.sp.id_to_piece(int(i)) for i in ids]
+
+
+def train_tokenizer(sentences: Iterable[str], vocab_size: int, model_path: str | os.PathLike,
+                    max_sentence_length: int = 8192) -> Tokenizer:
+    """Trains a BPE model on ``sentences`` and writes it atomically to ``model_path``."""
+    model_path = Path(model_path)
+    model_path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    start = time.time()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=buffer, model_type="bpe",
+        vocab_size=vocab_size, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
+        character_coverage=1.0, hard_vocab_limit=False, num_threads=os.cpu_count() or 1,
+        max_sentence_length=max_sentence_length, minloglevel=2)
+    with tempfile.NamedTemporaryFile(dir=model_path.parent, delete=False) as f:
+        f.write(buffer.getvalue())
+    os.replace(f.name, model_path)
+    tokenizer = Tokenizer(model_path)
+    logging.info("trained a %d-piece BPE vocabulary in %.1fs -> %s", tokenizer.vocab_size,
+                 time.time() - start, model_path)
+    return tokenizer
+
+
+def load_or_train(workdir: str | os.PathLike, sample: Iterable[str] | None, vocab_size: int,
+                  is_chief: bool = True, timeout_s: float = 3600.0) -> Tokenizer:
+    """The workdir's vocabulary, trained on ``sample`` the first time.
+
+    In a multi-host run only the chief (process 0) trains; the others wait for the file.
+    """
+    path = Path(workdir) / "vocab" / MODEL_NAME
+    if path.exists():
+        return Tokenizer(path)
+    if is_chief:
+        if sample is None:
+            raise FileNotFoundError(f"{path}: no vocabulary in the workdir and nothing to train "
+                                    "one on")
+        return train_tokenizer(sample, vocab_size, path)
+    deadline = time.time() + timeout_s
+    while not path.exists():
+        if time.time() > deadline:
+            raise TimeoutError(f"{path}: process 0 did not write the vocabulary in {timeout_s}s")
+        time.sleep(1.0)
+    return Tokenizer(path)
+
+
+def sample_text(pairs: Iterator[tuple[str, str]], max_chars: int) -> Iterator[str]:
+    """Source and target sentences from ``pairs`` until ``max_chars`` per side are taken."""
+    taken = np.zeros(2, dtype=np.int64)
+    for src, tgt in pairs:
+        if taken.min() >= max_chars:
+            return
+        for side, text in enumerate((src, tgt)):
+            if taken[side] < max_chars and text:
+                taken[side] += len(text)
+                yield text

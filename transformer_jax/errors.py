@@ -1,0 +1,13 @@
+"""Errors that mean bad input, not a bug: entry points report them in one line."""
+
+
+class UserError(ValueError):
+    """Bad input from the user; the message names the field, file or line."""
+
+
+class ConfigError(UserError):
+    """An invalid configuration; the message names the field and the allowed values."""
+
+
+class DataError(UserError):
+    """Unusable data; the message names the file and line."""

@@ -1,0 +1,60 @@
+"""Metrics out of a run: a console line, TensorBoard event files and ``metrics.jsonl``.
+
+``metrics.jsonl`` has one JSON object per logged step and split (``{"split": "train",
+"step": 100, "loss": ...}``); a resumed run appends, so the last line for a step wins.
+Only process 0 writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from tensorboardX import SummaryWriter
+
+_SHORT = {"learning_rate": "lr", "perplexity": "ppl", "tokens_per_s": "tok/s",
+          "grad_norm": "|g|", "padding_fraction": "pad", "steps_per_s": "steps/s"}
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if value != 0 and (abs(value) < 1e-2 or abs(value) >= 1e5):
+            return f"{value:.3g}"
+        return f"{value:.3f}"
+    return str(value)
+
+
+class MetricWriter:
+    """Writes scalars to the console, TensorBoard (``<workdir>/tb``) and metrics.jsonl."""
+
+    def __init__(self, workdir: str | Path, enabled: bool = True):
+        self.enabled = enabled
+        self.workdir = Path(workdir)
+        self._tb = SummaryWriter(str(self.workdir / "tb")) if enabled else None
+        self._jsonl = open(self.workdir / "metrics.jsonl", "a") if enabled else None  # noqa: SIM115
+
+    def write(self, split: str, step: int, scalars: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        numbers = {k: v for k, v in scalars.items() if isinstance(v, int | float)}
+        for key, value in numbers.items():
+            self._tb.add_scalar(f"{split}/{key}", value, step)
+        self._tb.flush()
+        self._jsonl.write(json.dumps({"split": split, "step": step, **numbers}) + "\n")
+        self._jsonl.flush()
+        shown = " | ".join(f"{_SHORT.get(k, k)} {_fmt(v)}" for k, v in numbers.items()
+                           if k not in ("source_tokens_per_s", "skipped_long_pairs", "tokens"))
+        logging.info("%-5s step %d | %s", split, step, shown)
+
+    def sample(self, source: str, reference: str, hypothesis: str) -> None:
+        if self.enabled:
+            print(f"  source:    {source}\n  reference: {reference}\n  output:    {hypothesis}\n",
+                  file=sys.stdout, flush=True)
+
+    def close(self) -> None:
+        if self.enabled:
+            self._tb.close()
+            self._jsonl.close()

@@ -1,0 +1,85 @@
+"""Parameter and FLOP counts of a config, without allocating a weight (``jax.eval_shape``).
+
+    python -m transformer_jax.params --config=configs/table3.py:C_N2
+    params: 33690760
+    flops_per_target_token: ...
+
+FLOPs follow the usual accounting for training (forward + backward = 3 x forward): 6 FLOPs
+per parameter per target token for every matmul parameter (the encoder's as well as the
+decoder's, taking source and target lengths as equal; the shared embedding counted once, as
+the output projection), plus attention's two matmuls, QK^T and AV, over rows of
+``data.max_len`` tokens in each of the 3N attention blocks.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from transformer_jax import cli
+from transformer_jax.model import Transformer, TransformerConfig
+
+
+def param_shapes(model_config: TransformerConfig) -> Any:
+    """The parameter pytree as ShapeDtypeStructs."""
+    dummy = jnp.ones((1, 1), jnp.int32)
+    model = Transformer(model_config.replace(deterministic=True))
+    return jax.eval_shape(lambda: model.init(jax.random.key(0), dummy, dummy))["params"]
+
+
+def count(tree: Any) -> int:
+    return int(sum(np.prod(x.shape) for x in jax.tree.leaves(tree)))
+
+
+def model_config_of(config: ml_collections.ConfigDict,
+                    vocab_size: int | None = None) -> TransformerConfig:
+    return TransformerConfig.from_config(config.model, vocab_size or config.data.vocab_size)
+
+
+def num_params(config: ml_collections.ConfigDict, vocab_size: int | None = None) -> int:
+    """All trainable parameters of the config's model."""
+    return count(param_shapes(model_config_of(config, vocab_size)))
+
+
+def embedding_params(model_config: TransformerConfig) -> int:
+    """Parameters used only as lookups (not as matmuls)."""
+    table = model_config.vocab_size * model_config.d_model
+    lookups = 0 if model_config.share_embeddings else 2 * table  # source + target tables
+    if model_config.positions == "learned":
+        lookups += 2 * model_config.max_len * model_config.d_model
+    return lookups
+
+
+def attention_flops_per_token(model_config: TransformerConfig, seq_len: int) -> int:
+    """Training FLOPs of QK^T and AV per target token, all 3N attention blocks."""
+    m = model_config
+    forward = 2 * seq_len * m.num_heads * (m.d_k + m.d_v)  # per token, per block
+    return 3 * (3 * m.num_layers) * forward
+
+
+def train_flops_per_token(model_config: TransformerConfig, seq_len: int) -> int:
+    """6 x (non-embedding + output-projection parameters) + attention, per target token."""
+    matmul_params = count(param_shapes(model_config)) - embedding_params(model_config)
+    return 6 * matmul_params + attention_flops_per_token(model_config, seq_len)
+
+
+def main(argv: list[str], config_flag: Any) -> None:
+    """Prints the parameter count and training FLOPs per target token of a config."""
+    from transformer_jax import config as config_lib
+
+    cli.no_extra_args(argv)
+    with cli.clean_errors():
+        config = config_lib.validate(config_flag.value)
+        model_config = model_config_of(config)
+        print(f"params: {count(param_shapes(model_config))}")
+        print(f"flops_per_target_token: "
+              f"{train_flops_per_token(model_config, config.data.max_len)}")
+
+
+if __name__ == "__main__":
+    cli.run(functools.partial(main, config_flag=cli.define_config_flag()))
