@@ -14,12 +14,12 @@ from transformer_jax import config as config_lib
 
 def get_config(arg: str | None = None):
     c = config_lib.from_arg(arg, "base", default_dataset="builtin")
-    shrink(c)
-    return c
+    return shrink(c)
 
 
 def shrink(c):
     """CPU-size model, data and schedule; used by the demo and by sweeps at scale=demo."""
+    c.scale = "demo"
     c.model.num_layers = 3
     c.model.d_model = 128
     c.model.d_ff = 512

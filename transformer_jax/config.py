@@ -70,6 +70,7 @@ def base_config() -> ml_collections.ConfigDict:
     """The paper's Transformer (base) and its WMT14 EN-DE training recipe."""
     c = ml_collections.ConfigDict()
     c.variant = "base"
+    c.scale = "paper"  # "demo" when shrunk to CPU size (configs/demo.py)
 
     c.model = m = ml_collections.ConfigDict()
     m.num_layers = 6  # N, the same for encoder and decoder

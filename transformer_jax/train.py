@@ -234,9 +234,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     elif is_chief:
         (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
     n_params = sum(int(np.size(p)) for p in jax.tree.leaves(state.params))
-    logging.info("model: %s, %d parameters, vocabulary %d, batch %d rows x %d tokens on %d "
-                 "device(s)", config.variant, n_params, tokenizer.vocab_size, rows,
-                 config.data.max_len, num_devices)
+    logging.info("model: %s (%s scale), %d parameters, vocabulary %d, batch %d rows x %d "
+                 "tokens on %d device(s)", config.variant, config.scale, n_params,
+                 tokenizer.vocab_size, rows, config.data.max_len, num_devices)
 
     p_train, p_eval = pmapped_steps(config, model_config, devices)
     p_state = parallel.replicate(state, devices)
