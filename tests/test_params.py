@@ -65,3 +65,10 @@ def test_params_command_prints_the_count():
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "params: 33690760" in result.stdout
+
+
+def test_seed_example_quadratic_bill():
+    base = params.model_config_of(config_lib.build("base"))
+    assert params.attention_matrices_per_forward(base) == 96
+    assert params.attention_matrix_bytes(512) == 512 * 512 * 2 == 524_288
+    assert params.attention_matrix_bytes(32_768) // params.attention_matrix_bytes(512) == 4096

@@ -68,6 +68,18 @@ def train_flops_per_token(model_config: TransformerConfig, seq_len: int) -> int:
     return 6 * matmul_params + attention_flops_per_token(model_config, seq_len)
 
 
+def attention_matrix_bytes(seq_len: int, bytes_per_value: int = 2) -> int:
+    """Memory of one n x n attention matrix (one head, one layer), fp16 by default."""
+    return seq_len * seq_len * bytes_per_value
+
+
+def attention_matrices_per_forward(model_config: TransformerConfig) -> int:
+    """Attention matrices a forward pass stores, counted as the explainers do: one per head
+    per layer, encoder and decoder layers together (the base model: 8 x 12 = 96). The
+    decoder's cross-attention adds another num_heads x N, of size target x source."""
+    return model_config.num_heads * 2 * model_config.num_layers
+
+
 def main(argv: list[str], config_flag: Any) -> None:
     """Prints the parameter count and training FLOPs per target token of a config."""
     from transformer_jax import config as config_lib
