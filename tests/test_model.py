@@ -101,8 +101,9 @@ def test_dk_and_dv_are_independent_of_d_model():
     config = TINY.replace(num_heads=2, d_k=4, d_v=12)
     _, variables = init(config)
     attn = variables["params"]["encoder"]["layer_0"]["self_attention"]
-    # Fused Q, K, V projection: 2 heads x (4 + 4 + 12).
-    assert attn["qkv"]["kernel"].shape == (32, 2 * (4 + 4 + 12))
+    # Fused Q, K, V projection, head-major: 2 heads x (4 + 4 + 12).
+    assert attn["qkv"]["kernel"].shape == (32, 2, 4 + 4 + 12)
+    assert attn["qkv"]["bias"].shape == (2, 4 + 12)  # no key bias
     assert attn["out"]["kernel"].shape == (2 * 12, 32)
 
 
@@ -151,3 +152,29 @@ def test_dropout_is_active_in_training_and_off_in_evaluation():
     e1 = model.apply(variables, src, tgt)
     e2 = model.apply(variables, src, tgt)
     np.testing.assert_array_equal(e1, e2)
+
+
+def test_remat_changes_nothing_but_memory():
+    model, variables = init()
+    src, tgt = random_tokens((2, 7), 17), random_tokens((2, 6), 18)
+    remat = Transformer(TINY.replace(remat=True))
+
+    def loss(m):
+        return lambda p: jnp.sum(m.apply({"params": p}, src, tgt) ** 2)
+
+    g1 = jax.grad(loss(model))(variables["params"])
+    g2 = jax.grad(loss(remat))(variables["params"])
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_bfloat16_compute_keeps_float32_params_and_logits():
+    config = TINY.replace(dtype=jnp.bfloat16)
+    model, variables = init(config)
+    assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(variables["params"]))
+    src, tgt = random_tokens((2, 7), 19), random_tokens((2, 6), 20)
+    logits = model.apply(variables, src, tgt)
+    assert logits.dtype == jnp.float32
+    reference = Transformer(TINY).apply(variables, src, tgt)
+    # bf16 keeps ~3 significant digits: close to float32, not equal.
+    assert 0 < float(jnp.max(jnp.abs(logits - reference))) < 0.1

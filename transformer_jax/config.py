@@ -59,7 +59,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.positions": ("sinusoidal", "learned"),
     "model.norm": ("post", "pre"),
     "model.attention": ("dense",),
-    "model.dtype": ("float32",),
+    "model.dtype": ("float32", "bfloat16"),
     "data.name": DATASETS,
     "train.parallel": ("pmap",),
     "decode.strategy": ("greedy", "beam"),
@@ -87,7 +87,8 @@ def base_config() -> ml_collections.ConfigDict:
     m.norm = "post"  # the paper's LayerNorm(x + Sublayer(x)); "pre" is LayerNorm first
     m.max_len = 512  # positions table size; longest sequence the model accepts
     m.attention = "dense"
-    m.dtype = "float32"
+    m.dtype = "float32"  # compute dtype: "bfloat16" for mixed precision (params stay float32)
+    m.remat = False  # recompute activations in the backward pass to save memory
 
     c.data = d = ml_collections.ConfigDict()
     d.name = "wmt14_ende"

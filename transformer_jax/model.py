@@ -47,7 +47,8 @@ class TransformerConfig:
     positions: str = "sinusoidal"
     norm: str = "post"
     max_len: int = 512
-    dtype: Any = jnp.float32
+    dtype: Any = jnp.float32  # compute dtype; parameters are always float32
+    remat: bool = False  # recompute each layer's activations in the backward pass
     deterministic: bool = False  # True for evaluation: no dropout
     decode: bool = False  # True for incremental decoding with a key/value cache
 
@@ -70,7 +71,7 @@ class TransformerConfig:
             num_kv_heads=m.get("num_kv_heads", 0), dropout_rate=m.dropout_rate,
             attention_dropout_rate=m.attention_dropout_rate,
             share_embeddings=m.share_embeddings, positions=m.positions, norm=m.norm,
-            max_len=m.max_len, dtype=jnp.dtype(m.dtype))
+            max_len=m.max_len, dtype=jnp.dtype(m.dtype), remat=m.get("remat", False))
 
 
 # ----------------------------------------------------------------------------------------
@@ -128,38 +129,44 @@ class Embed(nn.Module):
 
 
 class Projection(nn.Module):
-    """Several linear projections of one input as one matmul: x W + b, split by width.
+    """Several linear projections of one input as one matmul, grouped by head.
 
-    Each part is initialised as if it were its own Glorot-uniform layer; parts listed in
-    ``unbiased`` get no bias.
+    The kernel is [d_in, groups, sum(widths)]: for every group (a key/value head) the columns
+    of each part (e.g. its queries, key and value) sit side by side, so splitting the groups
+    axis across devices splits whole heads. Returns one [..., groups, width] array per part.
+    Each part is initialised as its own Glorot-uniform layer of groups * width outputs;
+    parts listed in ``unbiased`` get no bias.
     """
 
     widths: tuple[int, ...]
+    groups: int = 1
     unbiased: tuple[int, ...] = ()
     dtype: Any = jnp.float32
 
     @nn.compact
     def __call__(self, x: Array) -> list[Array]:
-        d_in = x.shape[-1]
+        d_in, g = x.shape[-1], self.groups
 
         def kernel_init(key, shape, dtype=jnp.float32):
             keys = jax.random.split(key, len(self.widths))
-            glorot = nn.initializers.xavier_uniform()
-            return jnp.concatenate([glorot(k, (d_in, w), dtype)
-                                    for k, w in zip(keys, self.widths, strict=True)], axis=1)
+            parts = []
+            for k, w in zip(keys, self.widths, strict=True):
+                limit = np.sqrt(6.0 / (d_in + g * w))
+                parts.append(jax.random.uniform(k, (d_in, g, w), dtype, -limit, limit))
+            return jnp.concatenate(parts, axis=-1)
 
-        kernel = self.param("kernel", kernel_init, (d_in, sum(self.widths)))
+        kernel = self.param("kernel", kernel_init, (d_in, g, sum(self.widths)))
         biased = [w for i, w in enumerate(self.widths) if i not in self.unbiased]
-        bias = self.param("bias", nn.initializers.zeros, (sum(biased),))
+        bias = self.param("bias", nn.initializers.zeros, (g, sum(biased)))
         pieces, start = [], 0
         for i, w in enumerate(self.widths):
             if i in self.unbiased:
-                pieces.append(jnp.zeros((w,), bias.dtype))
+                pieces.append(jnp.zeros((g, w), bias.dtype))
             else:
-                pieces.append(bias[start:start + w])
+                pieces.append(bias[:, start:start + w])
                 start += w
-        y = jnp.dot(x.astype(self.dtype), kernel.astype(self.dtype))
-        y = y + jnp.concatenate(pieces).astype(self.dtype)
+        y = jnp.einsum("...d,dgw->...gw", x.astype(self.dtype), kernel.astype(self.dtype))
+        y = y + jnp.concatenate(pieces, axis=-1).astype(self.dtype)
         return jnp.split(y, np.cumsum(self.widths)[:-1].tolist(), axis=-1)
 
 
@@ -185,14 +192,13 @@ class MultiHeadAttention(nn.Module):
         h, h_kv, d_k, d_v = cfg.num_heads, cfg.kv_heads, cfg.d_k, cfg.d_v
         b, q_len = x.shape[:2]
         if self.kind == "cross":
-            (q,) = Projection((h * d_k,), dtype=cfg.dtype, name="query")(x)
+            (q,) = Projection((d_k,), groups=h, dtype=cfg.dtype, name="query")(x)
             k, v = self._cross_keys_values(context)
             kv_segment_ids = context_segment_ids
         else:
-            q, k, v = Projection((h * d_k, h_kv * d_k, h_kv * d_v), unbiased=(1,),
+            # Head-major: each key/value head with the query heads that share it.
+            q, k, v = Projection((h // h_kv * d_k, d_k, d_v), groups=h_kv, unbiased=(1,),
                                  dtype=cfg.dtype, name="qkv")(x)
-            k = k.reshape(b, q_len, h_kv, d_k)
-            v = v.reshape(b, q_len, h_kv, d_v)
             kv_segment_ids = segment_ids
         q = q.reshape(b, q_len, h, d_k)
 
@@ -209,19 +215,17 @@ class MultiHeadAttention(nn.Module):
             return_weights=self.is_mutable_collection("intermediates"))
         if weights is not None:
             self.sow("intermediates", "attention_weights", weights)
-        (out,) = Projection((cfg.d_model,), dtype=cfg.dtype, name="out")(
-            out.reshape(b, q_len, h * d_v))
-        return out
+        return nn.Dense(cfg.d_model, dtype=cfg.dtype, kernel_init=nn.initializers.xavier_uniform(),
+                        name="out")(out.reshape(b, q_len, h * d_v))
 
     def _cross_keys_values(self, context: Array) -> tuple[Array, Array]:
         cfg = self.config
         h_kv, d_k, d_v = cfg.kv_heads, cfg.d_k, cfg.d_v
 
         def project() -> tuple[Array, Array]:
-            k, v = Projection((h_kv * d_k, h_kv * d_v), unbiased=(0,), dtype=cfg.dtype,
+            k, v = Projection((d_k, d_v), groups=h_kv, unbiased=(0,), dtype=cfg.dtype,
                               name="key_value")(context)
-            b, s = context.shape[:2]
-            return k.reshape(b, s, h_kv, d_k), v.reshape(b, s, h_kv, d_v)
+            return k, v
 
         if not cfg.decode:
             return project()
@@ -319,8 +323,9 @@ class Encoder(nn.Module):
         """[b, s] source ids -> [b, s, d] encoder output."""
         cfg = self.config
         x = Embed(cfg, self.token_embed, name="embed")(tokens, positions)
+        layer = nn.remat(EncoderLayer) if cfg.remat else EncoderLayer
         for i in range(cfg.num_layers):
-            x = EncoderLayer(cfg, name=f"layer_{i}")(x, segment_ids)
+            x = layer(cfg, name=f"layer_{i}")(x, segment_ids)
         if cfg.norm == "pre":
             x = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name="final_norm")(x)
         return x
@@ -336,9 +341,9 @@ class Decoder(nn.Module):
         """[b, t] shifted target ids -> [b, t, d] decoder output (before the softmax)."""
         cfg = self.config
         y = Embed(cfg, self.token_embed, name="embed")(decoder_inputs, positions)
+        layer = nn.remat(DecoderLayer) if cfg.remat and not cfg.decode else DecoderLayer
         for i in range(cfg.num_layers):
-            y = DecoderLayer(cfg, name=f"layer_{i}")(y, segment_ids, encoded,
-                                                     encoded_segment_ids)
+            y = layer(cfg, name=f"layer_{i}")(y, segment_ids, encoded, encoded_segment_ids)
         if cfg.norm == "pre":
             y = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name="final_norm")(y)
         return y
