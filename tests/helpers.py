@@ -1,6 +1,16 @@
 """Shared test helpers: a tiny config on the built-in corpus."""
 
+import jax
+import numpy as np
+
 from transformer_jax import config as config_lib
+from transformer_jax import train
+from transformer_jax.model import TransformerConfig
+
+TINY = TransformerConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, d_k=8,
+                         d_v=8, dropout_rate=0.0, max_len=32)
+
+
 
 
 def tiny_config(data_dir, **train):
@@ -17,3 +27,43 @@ def tiny_config(data_dir, **train):
                    checkpoint_every=10, devices=1)
     c.train.update(train)
     return c
+
+
+def random_batch(rows, length, seed, fixed_lengths=None):
+    """A packed-looking batch: two segments per row, then padding."""
+    rng = np.random.default_rng(seed)
+    batch = {}
+    for f in ("inputs", "targets"):
+        seg = np.zeros((rows, length), np.int32)
+        pos = np.zeros((rows, length), np.int32)
+        for r in range(rows):
+            a, b = fixed_lengths or (rng.integers(2, length // 2), 0)
+            b = b or rng.integers(2, length - a)
+            seg[r, :a], seg[r, a:a + b] = 1, 2
+            pos[r, :a], pos[r, a:a + b] = np.arange(a), np.arange(b)
+        batch[f] = np.where(seg > 0, rng.integers(3, 40, (rows, length)), 0).astype(np.int32)
+        batch[f + "_segment_ids"] = seg
+        batch[f + "_positions"] = pos
+    return batch
+
+
+def run_steps(batches, eps=1e-9, parallel_kind="pmap", devices=1, model_parallel=1,
+              model_config=TINY, accum=1, with_grad_norms=False):
+    """Losses and final params of a few train steps on ``devices`` CPU devices."""
+    config = config_lib.build("base")
+    config.optim.warmup_steps = 10
+    config.optim.eps = eps
+    config.optim.grad_accum_steps = accum
+    config.train.update(parallel=parallel_kind, devices=devices, model_parallel=model_parallel)
+    state = train.create_train_state(config, model_config, jax.random.key(0))
+    executor = train.make_executor(config, model_config, state)
+    placed = executor.place(state)
+    losses, norms = [], []
+    for batch in batches:
+        placed, metrics = executor.train(placed, batch, jax.random.key(1))
+        m = executor.fetch(metrics)
+        losses.append(m["loss_sum"] / m["tokens"])
+        norms.append(m["grad_norm"])
+    if with_grad_norms:
+        return losses, executor.params(placed), norms
+    return losses, executor.params(placed)

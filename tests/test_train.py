@@ -6,12 +6,10 @@ import numpy as np
 import optax
 import pytest
 
-from transformer_jax import checkpoints, parallel, train
+from transformer_jax import checkpoints, train
 from transformer_jax import config as config_lib
-from transformer_jax.model import TransformerConfig
 
-TINY = TransformerConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, d_k=8,
-                         d_v=8, dropout_rate=0.0, max_len=32)
+from .helpers import TINY, random_batch, run_steps
 
 
 @pytest.mark.parametrize("step,expected", [
@@ -62,69 +60,16 @@ def test_label_smoothing_equals_optax_smooth_labels():
     assert float(nll) == pytest.approx(float(expected_nll), rel=1e-5)
 
 
-def random_batch(rows, length, seed, fixed_lengths=None):
-    """A packed-looking batch: two segments per row, then padding."""
-    rng = np.random.default_rng(seed)
-    batch = {}
-    for f in ("inputs", "targets"):
-        seg = np.zeros((rows, length), np.int32)
-        pos = np.zeros((rows, length), np.int32)
-        for r in range(rows):
-            a, b = fixed_lengths or (rng.integers(2, length // 2), 0)
-            b = b or rng.integers(2, length - a)
-            seg[r, :a], seg[r, a:a + b] = 1, 2
-            pos[r, :a], pos[r, a:a + b] = np.arange(a), np.arange(b)
-        batch[f] = np.where(seg > 0, rng.integers(3, 40, (rows, length)), 0).astype(np.int32)
-        batch[f + "_segment_ids"] = seg
-        batch[f + "_positions"] = pos
-    return batch
-
-
-def run_steps(num_devices, batches, eps=1e-9):
-    config = config_lib.build("base")
-    config.optim.warmup_steps = 10
-    config.optim.eps = eps
-    devices = jax.local_devices()[:num_devices]
-    state = train.create_train_state(config, TINY, jax.random.key(0))
-    p_train, _ = train.pmapped_steps(config, TINY, devices)
-    p_state = parallel.replicate(state, devices)
-    losses = []
-    for batch in batches:
-        p_state, metrics = p_train(p_state, parallel.shard(batch, num_devices),
-                                   jax.random.key(1))
-        losses.append(float(metrics["loss_sum"][0] / metrics["tokens"][0]))
-    return losses, parallel.unreplicate(p_state.params)
-
-
-def test_pmap_on_8_devices_equals_one_device():
-    assert jax.local_device_count() == 8, "conftest sets 8 fake CPU devices"
-    batches = [random_batch(16, 24, seed) for seed in range(3)]
-    losses1, params1 = run_steps(1, batches)
-    losses8, params8 = run_steps(8, batches)
-    np.testing.assert_allclose(losses8, losses1, rtol=1e-5)
-    for a, b in zip(jax.tree.leaves(params8), jax.tree.leaves(params1), strict=True):
-        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5)
-    assert losses1[2] < losses1[0]
-
-
 def test_dropout_differs_per_device_and_step():
-    config = config_lib.build("base")
     model_config = TINY.replace(dropout_rate=0.5)
-    devices = jax.local_devices()[:2]
-    state = train.create_train_state(config, model_config, jax.random.key(0))
-    p_train, _ = train.pmapped_steps(config, model_config, devices)
     batch = random_batch(4, 16, 0)
-    same = {k: np.concatenate([v[:2], v[:2]]) for k, v in batch.items()}  # both devices alike
-    _, metrics = p_train(parallel.replicate(state, devices), parallel.shard(same, 2),
-                         jax.random.key(1))
-    # The loss is psummed; recompute per device without psum via two one-device runs.
-    p_one, _ = train.pmapped_steps(config, model_config, devices[:1])
-    one = {k: v[:2] for k, v in batch.items()}
-    _, m1 = p_one(parallel.replicate(state, devices[:1]), parallel.shard(one, 1),
-                  jax.random.key(1))
-    # Identical halves with identical dropout would give exactly twice the one-device sum.
-    assert float(metrics["loss_sum"][0]) != pytest.approx(2 * float(m1["loss_sum"][0]),
-                                                          rel=1e-6)
+    same = {k: np.concatenate([v[:2], v[:2]]) for k, v in batch.items()}  # both halves alike
+    losses2, _ = run_steps([same], devices=2, model_config=model_config)
+    losses1, _ = run_steps([{k: v[:2] for k, v in batch.items()}], model_config=model_config)
+    # Identical halves with identical dropout would give exactly the one-device loss.
+    assert losses2[0] != pytest.approx(losses1[0], rel=1e-6)
+    twice, _ = run_steps([same, same], devices=2, model_config=model_config)
+    assert twice[0] == pytest.approx(losses2[0], rel=1e-6)  # same step, same masks
 
 
 def test_checkpoint_restores_what_was_saved(tmp_path):
@@ -147,25 +92,15 @@ def test_checkpoint_restores_what_was_saved(tmp_path):
 
 
 def test_gradient_accumulation_equals_one_big_batch():
-    config = config_lib.build("base")
-    config.optim.warmup_steps = 10
     # Equal token counts in both halves: optax.MultiSteps averages micro-batch gradients,
     # each normalised by its own tokens, which is then exactly the big batch's gradient.
     # Adam's first step moves every weight by about lr * sign(g); with eps = 1e-9 a weight
     # whose gradient is near zero flips on rounding differences between the two orders of
     # summation, so this comparison uses eps = 1e-6.
-    config.optim.eps = 1e-6
     big = random_batch(8, 24, 5, fixed_lengths=(9, 7))
     halves = [{k: v[:4] for k, v in big.items()}, {k: v[4:] for k, v in big.items()}]
-    _, params_big = run_steps(1, [big], eps=1e-6)
-    config.optim.grad_accum_steps = 2
-    devices = jax.local_devices()[:1]
-    state = train.create_train_state(config, TINY, jax.random.key(0))
-    p_train, _ = train.pmapped_steps(config, TINY, devices)
-    p_state = parallel.replicate(state, devices)
-    for half in halves:
-        p_state, _ = p_train(p_state, parallel.shard(half, 1), jax.random.key(1))
-    params_acc = parallel.unreplicate(p_state.params)
+    _, params_big = run_steps([big], eps=1e-6)
+    _, params_acc = run_steps(halves, eps=1e-6, accum=2)
     for a, b in zip(jax.tree.leaves(params_acc), jax.tree.leaves(params_big), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)
     initial = train.init_params(TINY, jax.random.key(0))

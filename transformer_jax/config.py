@@ -61,7 +61,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.attention": ("dense",),
     "model.dtype": ("float32", "bfloat16"),
     "data.name": DATASETS,
-    "train.parallel": ("pmap",),
+    "train.parallel": ("pmap", "sharded"),
     "decode.strategy": ("greedy", "beam"),
 }
 
@@ -122,8 +122,12 @@ def base_config() -> ml_collections.ConfigDict:
     t.eval_batches = 20  # batches of the validation split for loss/perplexity
     t.checkpoint_every = 2000
     t.keep_checkpoints = 5  # the base model averages the last 5
-    t.parallel = "pmap"
+    t.parallel = "pmap"  # or "sharded": jax.jit over a device mesh
+    t.model_parallel = 1  # "sharded" only: devices per model replica (splits heads and d_ff)
     t.devices = 0  # local devices to train on; 0 = all of them
+    t.peak_flops = 0.0  # per device, for MFU; 0 = known accelerator's or a CPU matmul probe
+    t.profile_steps = 0  # > 0: write a profiler trace of this many steps to <workdir>/profile
+    t.profile_start = 10  # first step traced (after compilation)
     t.bleu_sentences = 0  # sentences decoded for BLEU at the end of training (0: none)
     t.samples = 0  # sample translations printed at the end of training
 
@@ -223,7 +227,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         _check_int(c, path, low=1)
     for path in ["model.d_k", "model.d_v", "train.eval_batches", "train.bleu_sentences",
                  "train.samples", "decode.max_len_offset", "train.seed", "data.shuffle_seed",
-                 "train.devices"]:
+                 "train.devices", "train.profile_steps", "train.profile_start"]:
         _check_int(c, path, low=0)
     m = c.model
     for field in ("d_k", "d_v"):
@@ -240,6 +244,11 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _check_float(c, "optim.eps", 0.0, math.inf, low_open=True)
     _check_float(c, "optim.lr_scale", 0.0, math.inf, low_open=True)
     _check_float(c, "decode.alpha", 0.0, math.inf)
+    _check_float(c, "train.peak_flops", 0.0, math.inf)
+    _check_int(c, "train.model_parallel", low=1)
+    if c.train.model_parallel > 1 and c.train.parallel != "sharded":
+        raise ConfigError(f"train.model_parallel={c.train.model_parallel} needs "
+                          "train.parallel='sharded'")
     for path, choices in CHOICES.items():
         value = _get(c, path)
         if value not in choices:

@@ -7,6 +7,7 @@ decodes part of the test split for BLEU and sample translations.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -22,8 +23,9 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from transformer_jax import checkpoints, evaluate, parallel
+from transformer_jax import checkpoints, evaluate, hardware, parallel
 from transformer_jax import config as config_lib
+from transformer_jax import params as params_lib
 from transformer_jax.data import pipeline, sources
 from transformer_jax.data import tokenizer as tokenizer_lib
 from transformer_jax.errors import UserError
@@ -94,21 +96,31 @@ def model_inputs(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
     return {k: batch[k] for k in keys}
 
 
-def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_key: jax.Array, *,
-               model: Transformer, label_smoothing: float,
-               schedule: Callable[[Any], Any], grad_accum_steps: int,
-               axis_name: str = parallel.AXIS) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One step on this device's shard of the batch, inside ``pmap``.
+def _collectives(axis_name: str | None) -> tuple[Callable, Callable, int, Any]:
+    """(sum over devices, mean over devices, device count, device index); identities when the
+    step sees the global batch (jit over a mesh)."""
+    if axis_name is None:
+        return (lambda x: x), (lambda x: x), 1, 0
+    return (functools.partial(jax.lax.psum, axis_name=axis_name),
+            functools.partial(jax.lax.pmean, axis_name=axis_name),
+            jax.lax.psum(1, axis_name), jax.lax.axis_index(axis_name))
 
-    The loss is normalised by the number of target tokens of the *global* batch, so the
-    averaged gradient equals the single-device gradient of the whole batch.
+
+def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_key: jax.Array, *,
+               model: Transformer, label_smoothing: float, schedule: Callable[[Any], Any],
+               grad_accum_steps: int,
+               axis_name: str | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
+    """One optimizer step (or micro-step when accumulating gradients).
+
+    With ``axis_name`` it runs inside ``pmap`` on one device's rows: the loss is normalised
+    by the target tokens of the *global* batch and the gradients are averaged with pmean, so
+    the result equals the single-device step on the whole batch. Without, it is written for
+    the global batch and run by ``jit`` over a mesh.
     """
-    num_devices = jax.lax.psum(1, axis_name)
-    step_key = jax.random.fold_in(jax.random.fold_in(dropout_key, state.step),
-                                  jax.lax.axis_index(axis_name))
+    psum, pmean, num_devices, device_index = _collectives(axis_name)
+    step_key = jax.random.fold_in(jax.random.fold_in(dropout_key, state.step), device_index)
     weights = (batch["targets_segment_ids"] > 0).astype(jnp.float32)
-    tokens = jnp.sum(weights)
-    global_tokens = jax.lax.psum(tokens, axis_name)
+    global_tokens = psum(jnp.sum(weights))
 
     def loss_fn(params):
         logits = model.apply({"params": params}, **model_inputs(batch),
@@ -118,13 +130,13 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_key: jax.
         return loss_sum * num_devices / jnp.maximum(global_tokens, 1.0), (loss_sum, nll_sum)
 
     grads, (loss_sum, nll_sum) = jax.grad(loss_fn, has_aux=True)(state.params)
-    grads = jax.lax.pmean(grads, axis_name)
+    grads = pmean(grads)
     new_state = state.apply_gradients(grads=grads)
     metrics = {
-        "loss_sum": jax.lax.psum(loss_sum, axis_name),
-        "nll_sum": jax.lax.psum(nll_sum, axis_name),
+        "loss_sum": psum(loss_sum),
+        "nll_sum": psum(nll_sum),
         "tokens": global_tokens,
-        "source_tokens": jax.lax.psum(jnp.sum(batch["inputs_segment_ids"] > 0), axis_name),
+        "source_tokens": psum(jnp.sum(batch["inputs_segment_ids"] > 0).astype(jnp.float32)),
         "grad_norm": optax.global_norm(grads),
         "learning_rate": schedule(state.step // grad_accum_steps),
     }
@@ -132,15 +144,14 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_key: jax.
 
 
 def eval_step(params: Any, batch: dict[str, jax.Array], *, model: Transformer,
-              label_smoothing: float,
-              axis_name: str = parallel.AXIS) -> dict[str, jax.Array]:
-    """Summed loss, NLL and token count of one batch (inside ``pmap``)."""
+              label_smoothing: float, axis_name: str | None = None) -> dict[str, jax.Array]:
+    """Summed loss, NLL and token count of one batch (over all devices)."""
+    psum = _collectives(axis_name)[0]
     weights = (batch["targets_segment_ids"] > 0).astype(jnp.float32)
     logits = model.apply({"params": params}, **model_inputs(batch))
     loss_sum, nll_sum = label_smoothed_cross_entropy(logits, batch["targets"], weights,
                                                      label_smoothing)
-    return jax.lax.psum({"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": jnp.sum(weights)},
-                        axis_name)
+    return psum({"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": jnp.sum(weights)})
 
 
 def init_params(model_config: TransformerConfig, key: jax.Array) -> Any:
@@ -156,21 +167,25 @@ def create_train_state(config: ml_collections.ConfigDict, model_config: Transfor
     return TrainState.create(apply_fn=model.apply, params=init_params(model_config, key), tx=tx)
 
 
-def pmapped_steps(config: ml_collections.ConfigDict, model_config: TransformerConfig,
-                  devices: list[jax.Device]) -> tuple[Callable, Callable]:
-    """(train step, eval step), each pmapped over ``devices``."""
+def make_executor(config: ml_collections.ConfigDict, model_config: TransformerConfig,
+                  abstract_state: Any) -> parallel.PmapExecutor | parallel.ShardedExecutor:
+    """The train and eval steps, compiled for ``config.train.parallel`` ("pmap" or
+    "sharded")."""
     schedule = learning_rate_schedule(model_config.d_model, config.optim.warmup_steps,
                                       config.optim.lr_scale)
-    p_train = jax.pmap(
-        functools.partial(train_step, model=Transformer(model_config),
-                          label_smoothing=config.train.label_smoothing, schedule=schedule,
-                          grad_accum_steps=config.optim.grad_accum_steps),
-        axis_name=parallel.AXIS, devices=devices, donate_argnums=(0,), in_axes=(0, 0, None))
-    p_eval = jax.pmap(
-        functools.partial(eval_step, model=Transformer(model_config.replace(deterministic=True)),
-                          label_smoothing=config.train.label_smoothing),
-        axis_name=parallel.AXIS, devices=devices)
-    return p_train, p_eval
+    train_fn = functools.partial(train_step, model=Transformer(model_config),
+                                 label_smoothing=config.train.label_smoothing,
+                                 schedule=schedule,
+                                 grad_accum_steps=config.optim.grad_accum_steps)
+    eval_fn = functools.partial(eval_step,
+                                model=Transformer(model_config.replace(deterministic=True)),
+                                label_smoothing=config.train.label_smoothing)
+    if config.train.parallel == "sharded":
+        devices = parallel.local_devices(config.train.devices) if config.train.devices else None
+        mesh = parallel.make_mesh(config.train.model_parallel, devices)
+        return parallel.ShardedExecutor(train_fn, eval_fn, mesh, abstract_state)
+    return parallel.PmapExecutor(train_fn, eval_fn,
+                                 parallel.local_devices(config.train.devices))
 
 
 # ----------------------------------------------------------------------------------------
@@ -187,12 +202,13 @@ def _check_workdir(workdir: Path) -> None:
         raise UserError(f"workdir {workdir} is not writable: {e.strerror or e}") from e
 
 
-def evaluate_loss(p_eval: Callable, params: Any, batches: Any, num_devices: int) -> dict:
+def evaluate_loss(executor: Any, state: Any, batches: Any) -> dict[str, float]:
+    """Loss, NLL per token and perplexity over ``batches``."""
     totals = {"loss_sum": 0.0, "nll_sum": 0.0, "tokens": 0.0}
     for batch in batches:
-        out = parallel.unreplicate(p_eval(params, parallel.shard(batch, num_devices)))
+        out = executor.evaluate(state, batch)
         for k in totals:
-            totals[k] += float(out[k])
+            totals[k] += out[k]
     n = max(totals["tokens"], 1.0)
     return {"loss": totals["loss_sum"] / n, "nll": totals["nll_sum"] / n,
             "perplexity": evaluate.perplexity(totals["nll_sum"], n), "tokens": totals["tokens"]}
@@ -204,104 +220,157 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     workdir = Path(workdir)
     _check_workdir(workdir)
     is_chief = jax.process_index() == 0
-    devices = parallel.local_devices(config.train.devices)
-    num_devices = len(devices)
     writer = MetricWriter(workdir, enabled=is_chief)
+    accum = config.optim.grad_accum_steps
 
     # Data and vocabulary.
     train_source = sources.get_source(config.data, "train")
     sample = tokenizer_lib.sample_text(
         (train_source[i] for i in range(len(train_source))), config.data.vocab_sample)
     tokenizer = tokenizer_lib.load_or_train(workdir, sample, config.data.vocab_size, is_chief)
-    accum = config.optim.grad_accum_steps
+    global_devices = (len(parallel.local_devices(config.train.devices)) *
+                      jax.process_count())
     rows = pipeline.rows_per_batch(config.data.tokens_per_batch // accum, config.data.max_len,
-                                   num_devices * jax.process_count())
-    local_rows = rows // jax.process_count()
+                                   global_devices)
     data = pipeline.train_data(
-        train_source, tokenizer, max_len=config.data.max_len, rows=local_rows,
+        train_source, tokenizer, max_len=config.data.max_len, rows=rows // jax.process_count(),
         seed=config.data.shuffle_seed, packing=config.data.packing,
         process_index=jax.process_index(), process_count=jax.process_count())
 
-    # Model and state.
+    # Model, state and the compiled steps.
     model_config = TransformerConfig.from_config(config.model, tokenizer.vocab_size)
     init_key, dropout_key = jax.random.split(jax.random.key(config.train.seed))
     state = create_train_state(config, model_config, init_key)
+    executor = make_executor(config, model_config, state)
     ckpts = checkpoints.Checkpoints(workdir, config.train.keep_checkpoints)
     start = ckpts.latest_step()
     if start is not None:
-        state, _ = ckpts.restore(start, state, data.iterator)
-        logging.info("resuming from step %d", start)
+        state, _ = ckpts.restore(start, executor.restore_template(state), data.iterator)
+        logging.info("resuming from step %d", start // accum)
     elif is_chief:
         (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
     n_params = sum(int(np.size(p)) for p in jax.tree.leaves(state.params))
     logging.info("model: %s (%s scale), %d parameters, vocabulary %d, batch %d rows x %d "
-                 "tokens on %d device(s)", config.variant, config.scale, n_params,
-                 tokenizer.vocab_size, rows, config.data.max_len, num_devices)
+                 "tokens on %d device(s), %s", config.variant, config.scale, n_params,
+                 tokenizer.vocab_size, rows, config.data.max_len, global_devices, executor.kind)
+    state = executor.place(state)
+    mfu = MfuMeter(config, model_config, global_devices)
 
-    p_train, p_eval = pmapped_steps(config, model_config, devices)
-    p_state = parallel.replicate(state, devices)
-    del state
     total_micro_steps = config.train.num_steps * accum
     step = int(start or 0)
-    pending: list[dict[str, jax.Array]] = []
-    padding: list[float] = []
-    last_log_time, last_log_step = time.time(), step
     eval_source = sources.get_source(config.data, "validation")
+    window = _LogWindow(step)
+    profile = Profile(workdir, config.train.profile_start * accum,
+                      config.train.profile_steps * accum, enabled=is_chief)
     final: dict[str, Any] = {}
-
-    def save(step: int) -> None:
-        meta = {"step": step, "vocab_size": tokenizer.vocab_size,
-                "skipped_long_pairs": data.length_filter.skipped}
-        ckpts.save(step, parallel.unreplicate(p_state), data.iterator, meta, force=True)
-
     while step < total_micro_steps:
+        profile.before(step)
         batch = next(data.iterator)
-        padding.append(pipeline.padding_fraction(batch))
-        p_state, metrics = p_train(p_state, parallel.shard(batch, num_devices), dropout_key)
-        pending.append(metrics)
+        window.padding.append(pipeline.padding_fraction(batch))
+        state, metrics = executor.train(state, batch, dropout_key)
+        window.pending.append(metrics)
         step += 1
-        opt_step = step // accum
-        if step % (config.train.log_every * accum) == 0 or step == total_micro_steps:
-            summed = jax.tree.map(lambda *xs: float(np.sum([np.asarray(x)[0] for x in xs])),
-                                  *pending)
-            now = time.time()
-            n_tok = max(summed["tokens"], 1.0)
-            scalars = {
-                "loss": summed["loss_sum"] / n_tok,
-                "perplexity": evaluate.perplexity(summed["nll_sum"], n_tok),
-                "learning_rate": float(np.asarray(pending[-1]["learning_rate"])[0]),
-                "grad_norm": float(np.asarray(pending[-1]["grad_norm"])[0]),
-                "tokens_per_s": summed["tokens"] / max(now - last_log_time, 1e-9),
-                "source_tokens_per_s": summed["source_tokens"] / max(now - last_log_time, 1e-9),
-                "steps_per_s": (step - last_log_step) / accum / max(now - last_log_time, 1e-9),
-                "padding_fraction": float(np.mean(padding)),
-                "skipped_long_pairs": data.length_filter.skipped,
-            }
+        profile.after(step, metrics)
+        last = step == total_micro_steps
+        if step % (config.train.log_every * accum) == 0 or last:
+            scalars = window.summarise(executor, step, accum, mfu)
+            scalars["skipped_long_pairs"] = data.length_filter.skipped
             if not np.isfinite(scalars["loss"]):
-                raise FloatingPointError(f"non-finite loss {scalars['loss']} at step {opt_step}")
-            writer.write("train", opt_step, scalars)
-            pending, padding = [], []
-            last_log_time, last_log_step = time.time(), step
-        if step % (config.train.eval_every * accum) == 0 or step == total_micro_steps:
+                raise FloatingPointError(
+                    f"non-finite loss {scalars['loss']} at step {step // accum}")
+            writer.write("train", step // accum, scalars)
+        if step % (config.train.eval_every * accum) == 0 or last:
             eval_batches = pipeline.eval_batches(
                 eval_source, tokenizer, max_len=config.data.max_len, rows=rows,
                 max_batches=config.train.eval_batches)
-            final = evaluate_loss(p_eval, p_state.params, eval_batches, num_devices)
-            writer.write("eval", opt_step, final)
-        if step % (config.train.checkpoint_every * accum) == 0 or step == total_micro_steps:
-            save(step)
+            final = evaluate_loss(executor, state, eval_batches)
+            writer.write("eval", step // accum, final)
+        if step % (config.train.checkpoint_every * accum) == 0 or last:
+            meta = {"step": step, "vocab_size": tokenizer.vocab_size,
+                    "skipped_long_pairs": data.length_filter.skipped}
+            ckpts.save(step, executor.host_state(state), data.iterator, meta, force=True)
     ckpts.wait()
 
-    params = parallel.unreplicate(p_state.params)
     if config.train.bleu_sentences or config.train.samples:
-        final.update(_final_translations(config, model_config, params, tokenizer, writer,
-                                         total_micro_steps // accum))
+        final.update(_final_translations(config, model_config, executor.params(state),
+                                         tokenizer, writer, total_micro_steps // accum))
     if is_chief:
         (workdir / "final_metrics.json").write_text(json.dumps(
             {"step": total_micro_steps // accum, **final}, indent=2))
     writer.close()
     ckpts.close()
     return final
+
+
+class MfuMeter:
+    """Model FLOPs utilisation: FLOPs of the target tokens processed per second over the
+    peak of all devices (on a CPU, the machine's peak measured by a matmul probe)."""
+
+    def __init__(self, config: ml_collections.ConfigDict, model_config: TransformerConfig,
+                 num_devices: int):
+        self.flops_per_token = params_lib.train_flops_per_token(model_config,
+                                                                config.data.max_len)
+        peak, self.source = hardware.peak_flops_per_device(config.train.peak_flops,
+                                                           config.model.dtype)
+        on_cpu = jax.devices()[0].platform == "cpu" and not config.train.peak_flops
+        # Fake CPU devices share the machine's cores: its probe is the peak of them all.
+        self.peak = peak if on_cpu else peak * num_devices
+
+    def __call__(self, tokens_per_s: float) -> float:
+        return self.flops_per_token * tokens_per_s / self.peak
+
+
+@dataclasses.dataclass
+class _LogWindow:
+    """Step metrics accumulated on device between two log lines."""
+
+    step: int
+    time: float = dataclasses.field(default_factory=time.time)
+    pending: list = dataclasses.field(default_factory=list)
+    padding: list = dataclasses.field(default_factory=list)
+
+    def summarise(self, executor: Any, step: int, accum: int, mfu: MfuMeter) -> dict:
+        per_step = [executor.fetch(m) for m in self.pending]
+        total = {k: sum(m[k] for m in per_step) for k in ("loss_sum", "nll_sum", "tokens",
+                                                          "source_tokens")}
+        elapsed = max(time.time() - self.time, 1e-9)
+        tokens = max(total["tokens"], 1.0)
+        scalars = {
+            "loss": total["loss_sum"] / tokens,
+            "perplexity": evaluate.perplexity(total["nll_sum"], tokens),
+            "learning_rate": per_step[-1]["learning_rate"],
+            "grad_norm": per_step[-1]["grad_norm"],
+            "tokens_per_s": total["tokens"] / elapsed,
+            "source_tokens_per_s": total["source_tokens"] / elapsed,
+            "steps_per_s": (step - self.step) / accum / elapsed,
+            "mfu": mfu(total["tokens"] / elapsed),
+            "padding_fraction": float(np.mean(self.padding)),
+        }
+        self.step, self.time, self.pending, self.padding = step, time.time(), [], []
+        return scalars
+
+
+class Profile:
+    """Writes a JAX profiler trace of steps [start, start + steps) into <workdir>/profile."""
+
+    def __init__(self, workdir: Path, start: int, steps: int, enabled: bool = True):
+        self.directory = workdir / "profile"
+        self.start, self.stop = start, start + steps
+        self.enabled = enabled and steps > 0
+        self.active = False
+
+    def before(self, step: int) -> None:
+        if self.enabled and step == self.start and not self.active:
+            jax.profiler.start_trace(str(self.directory))
+            self.active = True
+
+    def after(self, step: int, metrics: Any) -> None:
+        if self.active and step >= self.stop:
+            jax.block_until_ready(metrics)
+            jax.profiler.stop_trace()
+            self.active = False
+            logging.info("profiler trace of steps %d-%d written to %s", self.start, self.stop,
+                         self.directory)
 
 
 def _final_translations(config: ml_collections.ConfigDict, model_config: TransformerConfig,
