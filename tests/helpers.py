@@ -3,8 +3,7 @@
 import jax
 import numpy as np
 
-from transformer_jax import config as config_lib
-from transformer_jax import train
+from transformer_jax import config as config_lib, train
 from transformer_jax.model import TransformerConfig
 
 TINY = TransformerConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, d_k=8,

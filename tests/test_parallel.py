@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from transformer_jax import config as config_lib
-from transformer_jax import parallel, train
+from transformer_jax import config as config_lib, parallel, train
 
 from .helpers import TINY, random_batch, run_steps
 

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_jax import config as config_lib
-from transformer_jax import paper, params
+from transformer_jax import config as config_lib, paper, params
 from transformer_jax.model import TransformerConfig
 
 ROOT = Path(__file__).resolve().parents[1]

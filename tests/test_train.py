@@ -6,8 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from transformer_jax import checkpoints, train
-from transformer_jax import config as config_lib
+from transformer_jax import checkpoints, config as config_lib, train
 
 from .helpers import TINY, random_batch, run_steps
 

@@ -10,8 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from absl import app, flags
-from absl import logging as absl_logging
+from absl import app, flags, logging as absl_logging
 from ml_collections import config_flags
 
 from transformer_jax.errors import UserError

@@ -3,7 +3,10 @@
     python -m transformer_jax.main --config=configs/base.py --workdir=runs/base \
         [--config.train.num_steps=1000 ...]
 
-Re-running the same command resumes from the latest checkpoint in the workdir.
+Re-running the same command resumes from the latest checkpoint in the workdir. Multi-host
+runs start one process per host with the same command; the processes find each other from
+--coordinator_address/--num_processes/--process_id, or from the environment (SLURM, Open
+MPI, Cloud TPU), see launch/.
 """
 
 from __future__ import annotations
@@ -11,16 +14,27 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from absl import flags
+
 from transformer_jax import cli
+
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", "", "host:port of process 0, for a multi-process run.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", 0, "Processes in a multi-process run.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", -1, "This process's index, 0-based.")
 
 
 def main(argv: list[str], config_flag: Any, workdir_flag: Any) -> None:
     cli.no_extra_args(argv)
-    cli.setup_logging()
     with cli.clean_errors():
+        from transformer_jax import config as config_lib, parallel
+
+        config = config_lib.validate(config_flag.value)  # refuse bad values before anything
+        parallel.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value,
+                                        _PROCESS_ID.value)
         from transformer_jax import train
 
-        train.train_and_evaluate(config_flag.value, workdir_flag.value)
+        train.train_and_evaluate(config, workdir_flag.value)
 
 
 if __name__ == "__main__":

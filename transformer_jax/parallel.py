@@ -26,8 +26,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 AXIS = "batch"  # the pmap axis name
 DATA, MODEL = "data", "model"  # mesh axes

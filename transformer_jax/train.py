@@ -23,11 +23,15 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from transformer_jax import checkpoints, evaluate, hardware, parallel
-from transformer_jax import config as config_lib
-from transformer_jax import params as params_lib
-from transformer_jax.data import pipeline, sources
-from transformer_jax.data import tokenizer as tokenizer_lib
+from transformer_jax import (
+    checkpoints,
+    config as config_lib,
+    evaluate,
+    hardware,
+    parallel,
+    params as params_lib,
+)
+from transformer_jax.data import pipeline, sources, tokenizer as tokenizer_lib
 from transformer_jax.errors import UserError
 from transformer_jax.logs import MetricWriter
 from transformer_jax.model import Transformer, TransformerConfig

@@ -1,0 +1,157 @@
+"""Train-step throughput and model-FLOPs utilisation (MFU) of the demo and base models.
+
+    python experiments/benchmarks/train_throughput.py            # demo and base, pmap and sharded
+    python experiments/benchmarks/train_throughput.py --quick    # fewer steps
+    python experiments/benchmarks/train_throughput.py --configs=big --dtype=bfloat16  # on a GPU
+
+Batches are synthetic (random ids, two packed sentences per row), so the input pipeline is
+not measured here (experiments/benchmarks/input_pipeline.py does that). FLOPs per target
+token are 6 x (non-embedding + output-projection parameters) + attention
+(transformer_jax.params.train_flops_per_token). The peak is the accelerator's data-sheet
+figure, or on a CPU the best 4096^3 matmul measured in this process before and after the
+runs. The base model on a CPU uses a smaller batch than the paper's 25,000 tokens (the
+shape of every matmul but the batch dimension is the paper's); --tokens sets it.
+Ends with one JSON line of the headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from transformer_jax import config as config_lib, hardware, params, train
+from transformer_jax.model import TransformerConfig
+
+SIZES = {  # name -> (variant, vocabulary, max_len, CPU tokens per step, accelerator tokens)
+    "demo": ("demo", 1000, 64, 2048, 2048),
+    "base": ("base", 37000, 256, 4096, 25000),
+    "big": ("big", 37000, 256, 4096, 25000),
+}
+
+
+def synthetic_batch(rows: int, length: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Rows of two packed sentences each, no padding."""
+    rng = np.random.default_rng(seed)
+    half = length // 2
+    segment = np.where(np.arange(length) < half, 1, 2).astype(np.int32)
+    position = np.where(np.arange(length) < half, np.arange(length),
+                        np.arange(length) - half).astype(np.int32)
+    batch = {}
+    for f in ("inputs", "targets"):
+        batch[f] = rng.integers(3, vocab, (rows, length)).astype(np.int32)
+        batch[f + "_segment_ids"] = np.broadcast_to(segment, (rows, length)).copy()
+        batch[f + "_positions"] = np.broadcast_to(position, (rows, length)).copy()
+    return batch
+
+
+def build_config(name: str, kind: str, dtype: str, on_cpu: bool):
+    variant, vocab, max_len, cpu_tokens, accel_tokens = SIZES[name]
+    if variant == "demo":
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            "demo_config", os.path.join(os.path.dirname(__file__), "../../configs/demo.py"))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        config = module.get_config()
+    else:
+        config = config_lib.build(variant)
+    config.model.dtype = dtype
+    config.train.parallel = kind
+    config.data.max_len = max_len
+    return config, vocab, max_len, cpu_tokens if on_cpu else accel_tokens
+
+
+def measure(name: str, kind: str, dtype: str, steps: int, tokens: int | None) -> dict:
+    on_cpu = jax.devices()[0].platform == "cpu"
+    config, vocab, max_len, default_tokens = build_config(name, kind, dtype, on_cpu)
+    tokens = tokens or default_tokens
+    devices = jax.local_device_count()
+    rows = max(tokens // max_len // devices, 1) * devices
+    model_config = TransformerConfig.from_config(config.model, vocab)
+    state = train.create_train_state(config, model_config, jax.random.key(0))
+    executor = train.make_executor(config, model_config, state)
+    placed = executor.place(state)
+    batch = synthetic_batch(rows, max_len, vocab)
+    key = jax.random.key(1)
+    start = time.perf_counter()
+    placed, metrics = executor.train(placed, batch, key)
+    jax.block_until_ready(metrics)
+    compile_s = time.perf_counter() - start
+    placed, metrics = executor.train(placed, batch, key)  # one more warm-up step
+    jax.block_until_ready(metrics)
+    start = time.perf_counter()
+    for _ in range(steps):
+        placed, metrics = executor.train(placed, batch, key)
+    jax.block_until_ready(metrics)
+    step_s = (time.perf_counter() - start) / steps
+    target_tokens = rows * max_len
+    flops = params.train_flops_per_token(model_config, max_len) * target_tokens
+    return {"config": name, "parallel": kind, "dtype": dtype, "devices": devices,
+            "rows": rows, "max_len": max_len, "tokens_per_step": target_tokens,
+            "step_s": step_s, "tokens_per_s": target_tokens / step_s,
+            "flops_per_step": flops, "compile_s": compile_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--configs", default="demo,base")
+    parser.add_argument("--parallel", default="pmap,sharded")
+    parser.add_argument("--dtype", default="", help="float32 (CPU default) or bfloat16")
+    parser.add_argument("--steps", type=int, default=0, help="timed steps (default 10 / 3)")
+    parser.add_argument("--tokens", type=int, default=0, help="target tokens per step")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+
+    device = jax.devices()[0]
+    on_cpu = device.platform == "cpu"
+    dtype = args.dtype or ("float32" if on_cpu else "bfloat16")
+    probe_before = hardware.matmul_probe.__wrapped__(dtype=dtype) if on_cpu else 0.0
+    results = []
+    for name in args.configs.split(","):
+        for kind in args.parallel.split(","):
+            steps = args.steps or (2 if args.quick else (10 if name == "demo" else 3))
+            r = measure(name, kind, dtype, steps, args.tokens or None)
+            results.append(r)
+            print(f"{name:5s} {kind:8s} {dtype}: {r['step_s'] * 1e3:8.1f} ms/step  "
+                  f"{r['tokens_per_s']:9.0f} target tokens/s  (batch {r['rows']} x "
+                  f"{r['max_len']}, compile {r['compile_s']:.0f} s)", flush=True)
+    if on_cpu:
+        probe_after = hardware.matmul_probe.__wrapped__(dtype=dtype)
+        peak = max(probe_before, probe_after)
+        peak_source = (f"{dtype} 4096^3 matmul in this process: {probe_before / 1e9:.1f} "
+                       f"before, {probe_after / 1e9:.1f} after (GFLOP/s)")
+    else:
+        peak = (hardware.known_peak(device) or 0.0) * jax.device_count()
+        peak_source = f"{device.device_kind} data sheet x {jax.device_count()}"
+    print(f"peak: {peak / 1e9:.1f} GFLOP/s ({peak_source})")
+    for r in results:
+        r["mfu"] = r["flops_per_step"] / r["step_s"] / peak if peak else None
+        print(f"{r['config']:5s} {r['parallel']:8s} MFU {r['mfu']:.1%}")
+    base = [r["mfu"] for r in results if r["config"] == "base" and r["mfu"]]
+    if on_cpu and base:
+        verdict = "PASS" if max(base) >= 0.55 else "FAIL"
+        print(f"goal: base-config MFU >= 55% on CPU: {verdict} ({max(base):.1%})")
+    summary = {
+        "benchmark": "train_throughput", "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()} {device.device_kind} x{jax.device_count()}",
+        "peak_flops": peak, "dtype": dtype,
+        **{f"{r['config']}_{r['parallel']}_tokens_per_s": round(r["tokens_per_s"], 1)
+           for r in results},
+        **{f"{r['config']}_{r['parallel']}_mfu": round(r["mfu"], 4) if r["mfu"] else None
+           for r in results},
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    jnp.zeros(())  # initialise the backend before timing anything
+    main()
