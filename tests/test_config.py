@@ -71,6 +71,7 @@ def test_dataset_is_a_field_of_its_own():
     ("model.positions", "rotary", "model.positions='rotary' is not one of"),
     ("data.max_len", 1024, "data.max_len=1024 exceeds model.max_len=512"),
     ("optim.eps", 0.0, "optim.eps=0.0 must be a number in (0.0, inf]"),
+    ("train.visualize_sentences", (3, -1), "train.visualize_sentences=(3, -1) must be a tuple"),
 ])
 def test_invalid_values_are_refused_naming_the_field(path, value, message):
     c = config_lib.build("base")

@@ -130,6 +130,9 @@ def base_config() -> ml_collections.ConfigDict:
     t.profile_start = 10  # first step traced (after compilation)
     t.bleu_sentences = 0  # sentences decoded for BLEU at the end of training (0: none)
     t.samples = 0  # sample translations printed at the end of training
+    # Indices into the test split: attention pictures of these sentences are written to
+    # <workdir>/pictures at the end of training (visualize.py); () writes none.
+    t.visualize_sentences = ()
 
     c.decode = dc = ml_collections.ConfigDict()
     dc.strategy = "beam"
@@ -229,6 +232,11 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
                  "train.samples", "decode.max_len_offset", "train.seed", "data.shuffle_seed",
                  "train.devices", "train.profile_steps", "train.profile_start"]:
         _check_int(c, path, low=0)
+    sentences = c.train.visualize_sentences
+    if not isinstance(sentences, tuple | list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in sentences):
+        raise ConfigError(f"train.visualize_sentences={sentences!r} must be a tuple of "
+                          "test-split indices >= 0, e.g. (49, 181)")
     m = c.model
     for field in ("d_k", "d_v"):
         if m[field] == 0 and m.d_model % m.num_heads:

@@ -303,6 +303,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
             {"step": total_micro_steps // accum, **final}, indent=2))
     writer.close()
     ckpts.close()
+    if config.train.visualize_sentences and is_chief:
+        from transformer_jax import visualize  # matplotlib only when pictures are asked for
+        visualize.write_run_pictures(config, model_config, params, tokenizer, workdir)
     return final
 
 
