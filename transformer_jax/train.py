@@ -295,9 +295,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
             ckpts.save(step, executor.host_state(state), data.iterator, meta, force=True)
     ckpts.wait()
 
+    params = executor.params(state)
     if config.train.bleu_sentences or config.train.samples:
-        final.update(_final_translations(config, model_config, executor.params(state),
-                                         tokenizer, writer, total_micro_steps // accum))
+        final.update(_final_translations(config, model_config, params, tokenizer, writer,
+                                         total_micro_steps // accum))
     if is_chief:
         (workdir / "final_metrics.json").write_text(json.dumps(
             {"step": total_micro_steps // accum, **final}, indent=2))

@@ -45,8 +45,7 @@ import ml_collections
 import numpy as np
 from matplotlib.figure import Figure
 
-from transformer_jax import attention, cli, evaluate, params
-from transformer_jax import config as config_lib
+from transformer_jax import attention, cli, config as config_lib, evaluate, params
 from transformer_jax.checkpoints import Checkpoints
 from transformer_jax.data import sources
 from transformer_jax.data.tokenizer import MODEL_NAME, Tokenizer
