@@ -150,15 +150,15 @@ def blockwise_attention(
     *,
     causal: bool = False,
     q_offset: jax.Array | int = 0,
-    block_size: int = 512,
+    block_size: int = 256,
 ) -> jax.Array:
-    """Exact softmax(Q K^T / sqrt(d_k)) V that never holds more than a block x block tile.
+    """Exact softmax(Q K^T / sqrt(d_k)) V holding one block x block tile of Q K^T at a time.
 
     Queries are taken ``block_size`` at a time; for each query block an online softmax runs
     over key blocks, keeping only the running row maximum, row sum and weighted sum of values
     (FlashAttention's forward). The backward pass is a custom VJP that recomputes each tile
-    from the saved row maxima and sums, so training memory is O(n d) instead of O(n^2). The mask is
-    :func:`make_mask`'s, built tile by tile; a fully masked (padding) query gets the same
+    from the saved row maxima and sums, so training memory is O(n d) instead of O(n^2). The
+    mask is :func:`make_mask`'s, built tile by tile; a fully masked (padding) query gets the same
     uniform weights as in :func:`dot_product_attention`.
 
     Args:
@@ -457,7 +457,7 @@ def attend(
     *,
     causal: bool = False,
     q_offset: jax.Array | int = 0,
-    block_size: int = 512,
+    block_size: int = 256,
     window: int = 128,
 ) -> jax.Array:
     """One of :data:`KERNELS` on [b, q, h, d_k], [b, k, h_kv, d_k], [b, k, h_kv, d_v] with

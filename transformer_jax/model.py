@@ -42,7 +42,7 @@ class TransformerConfig:
     d_v: int = 64
     num_kv_heads: int = 0  # 0: one key/value head per query head (the paper's)
     attention: str = "dense"  # the kernel: dense, blockwise, local or cudnn (attention.py)
-    block_size: int = 512  # the blockwise kernel's tile
+    block_size: int = 256  # the blockwise kernel's tile
     local_window: int = 128  # r of local self-attention: each query sees keys within r
     dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.0
@@ -71,7 +71,7 @@ class TransformerConfig:
             vocab_size=vocab_size, num_layers=m.num_layers, d_model=m.d_model, d_ff=m.d_ff,
             num_heads=m.num_heads, d_k=d_k, d_v=d_v,
             num_kv_heads=m.get("num_kv_heads", 0), attention=m.get("attention", "dense"),
-            block_size=m.get("block_size", 512), local_window=m.get("local_window", 128),
+            block_size=m.get("block_size", 256), local_window=m.get("local_window", 128),
             dropout_rate=m.dropout_rate,
             attention_dropout_rate=m.attention_dropout_rate,
             share_embeddings=m.share_embeddings, positions=m.positions, norm=m.norm,
@@ -177,6 +177,9 @@ class MultiHeadAttention(nn.Module):
     a row, which the softmax ignores, so its gradient is zero and Adam would only amplify
     rounding noise. In decode mode "causal" keeps its keys and values in the ``cache``
     collection and "cross" computes the encoder's keys and values once per sentence.
+    ``config.attention`` picks the kernel; only the dense one yields weights, so a call that
+    reads them out (``intermediates`` mutable) runs the dense kernel, with the band mask of
+    local attention where that applies: the same outputs, plus the weights.
     """
 
     config: TransformerConfig
