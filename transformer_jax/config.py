@@ -58,7 +58,7 @@ DATASETS = ("builtin", "wmt14_ende", "wmt14_enfr", "text")
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.positions": ("sinusoidal", "learned"),
     "model.norm": ("post", "pre"),
-    "model.attention": ("dense",),
+    "model.attention": ("dense", "blockwise", "local", "cudnn"),
     "model.dtype": ("float32", "bfloat16"),
     "data.name": DATASETS,
     "train.parallel": ("pmap", "sharded"),
@@ -77,6 +77,7 @@ def base_config() -> ml_collections.ConfigDict:
     m.d_model = 512
     m.d_ff = 2048
     m.num_heads = 8  # h
+    m.num_kv_heads = 0  # key/value heads; 0: num_heads (the paper's); 1: multi-query
     m.d_k = 0  # 0: derived as d_model // num_heads
     m.d_v = 0  # 0: derived as d_model // num_heads
     m.dropout_rate = 0.1  # P_drop: sub-layer outputs and embedding + position sums
@@ -86,7 +87,12 @@ def base_config() -> ml_collections.ConfigDict:
     m.positions = "sinusoidal"  # or "learned" (Table 3 row E)
     m.norm = "post"  # the paper's LayerNorm(x + Sublayer(x)); "pre" is LayerNorm first
     m.max_len = 512  # positions table size; longest sequence the model accepts
+    # The attention kernel. "dense" is the paper's; "blockwise" gives the same numbers in
+    # O(n) memory; "local" restricts self-attention to a neighbourhood of local_window
+    # (Table 1's last row); "cudnn" is the fused GPU kernel. See transformer_jax/attention.py.
     m.attention = "dense"
+    m.block_size = 256  # the blockwise kernel's tile; of 128, 256, 512 the fastest on CPU
+    m.local_window = 128  # r: a query sees keys at most r positions away (causal: r before)
     m.dtype = "float32"  # compute dtype: "bfloat16" for mixed precision (params stay float32)
     m.remat = False  # recompute activations in the backward pass to save memory
 
@@ -221,6 +227,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Checks every field the code relies on; returns ``c`` or raises ConfigError."""
     positive_ints = [
         "model.num_layers", "model.d_model", "model.d_ff", "model.num_heads", "model.max_len",
+        "model.block_size", "model.local_window",
         "data.vocab_size", "data.max_len", "data.tokens_per_batch", "data.vocab_sample",
         "optim.warmup_steps", "optim.grad_accum_steps", "train.num_steps", "train.log_every",
         "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
@@ -228,9 +235,10 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     ]
     for path in positive_ints:
         _check_int(c, path, low=1)
-    for path in ["model.d_k", "model.d_v", "train.eval_batches", "train.bleu_sentences",
-                 "train.samples", "decode.max_len_offset", "train.seed", "data.shuffle_seed",
-                 "train.devices", "train.profile_steps", "train.profile_start"]:
+    for path in ["model.d_k", "model.d_v", "model.num_kv_heads", "train.eval_batches",
+                 "train.bleu_sentences", "train.samples", "decode.max_len_offset", "train.seed",
+                 "data.shuffle_seed", "train.devices", "train.profile_steps",
+                 "train.profile_start"]:
         _check_int(c, path, low=0)
     sentences = c.train.visualize_sentences
     if not isinstance(sentences, tuple | list) or not all(
@@ -244,6 +252,10 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
                 f"model.num_heads={m.num_heads} must divide model.d_model={m.d_model} "
                 f"when model.{field} is derived (0); set model.{field} explicitly or change "
                 "num_heads")
+    if m.num_kv_heads and m.num_heads % m.num_kv_heads:
+        raise ConfigError(f"model.num_kv_heads={m.num_kv_heads} must divide "
+                          f"model.num_heads={m.num_heads} (each key/value head serves a group "
+                          "of query heads)")
     for path in ["model.dropout_rate", "model.attention_dropout_rate"]:
         _check_float(c, path, 0.0, 1.0, high_open=True)
     _check_float(c, "train.label_smoothing", 0.0, 1.0, high_open=True)
@@ -261,6 +273,13 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         value = _get(c, path)
         if value not in choices:
             raise ConfigError(f"{path}={value!r} is not one of {', '.join(choices)}")
+    if m.attention != "dense" and m.attention_dropout_rate > 0:
+        raise ConfigError(f"model.attention_dropout_rate={m.attention_dropout_rate} needs "
+                          f"model.attention='dense'; the {m.attention!r} kernel has no dropout "
+                          "on attention weights")
+    if m.attention == "cudnn" and derived_dims(m)[0] != derived_dims(m)[1]:
+        raise ConfigError(f"model.attention='cudnn' needs d_k == d_v, got "
+                          f"{derived_dims(m)[0]} and {derived_dims(m)[1]}")
     if c.data.max_len > m.max_len:
         raise ConfigError(
             f"data.max_len={c.data.max_len} exceeds model.max_len={m.max_len}; the model "
