@@ -62,7 +62,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("float32",),
     "data.name": DATASETS,
     "train.parallel": ("pmap",),
-    "decode.strategy": ("greedy", "beam"),
+    "decode.strategy": ("greedy", "beam", "sample"),
 }
 
 
@@ -123,15 +123,23 @@ def base_config() -> ml_collections.ConfigDict:
     t.keep_checkpoints = 5  # the base model averages the last 5
     t.parallel = "pmap"
     t.devices = 0  # local devices to train on; 0 = all of them
-    t.bleu_sentences = 0  # sentences decoded for BLEU at the end of training (0: none)
+    # Sentences decoded for BLEU: of the validation split every bleu_every steps, and of the
+    # test split at the end of training (0: none).
+    t.bleu_sentences = 0
+    t.bleu_every = 0  # steps between validation BLEU evaluations; 0: never during training
     t.samples = 0  # sample translations printed at the end of training
 
     c.decode = dc = ml_collections.ConfigDict()
-    dc.strategy = "beam"
+    dc.strategy = "beam"  # or "greedy", or "sample" (not in the paper)
     dc.beam_size = 4
     dc.alpha = 0.6  # GNMT length penalty ((5 + len) / 6) ** alpha
     dc.max_len_offset = 50  # maximum output length = input length + 50
-    dc.batch_size = 64
+    # Sampling (strategy="sample"): temperature 0 is greedy; top_k 0 and top_p 1 are off.
+    dc.temperature = 1.0
+    dc.top_k = 0
+    dc.top_p = 1.0
+    dc.seed = 0
+    dc.batch_size = 64  # sentences per decoding batch (times beam_size hypotheses)
     return c
 
 
@@ -222,7 +230,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         _check_int(c, path, low=1)
     for path in ["model.d_k", "model.d_v", "train.eval_batches", "train.bleu_sentences",
                  "train.samples", "decode.max_len_offset", "train.seed", "data.shuffle_seed",
-                 "train.devices"]:
+                 "train.devices", "train.bleu_every", "decode.top_k", "decode.seed"]:
         _check_int(c, path, low=0)
     m = c.model
     for field in ("d_k", "d_v"):
@@ -239,6 +247,11 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     _check_float(c, "optim.eps", 0.0, math.inf, low_open=True)
     _check_float(c, "optim.lr_scale", 0.0, math.inf, low_open=True)
     _check_float(c, "decode.alpha", 0.0, math.inf)
+    _check_float(c, "decode.temperature", 0.0, math.inf)
+    _check_float(c, "decode.top_p", 0.0, 1.0, low_open=True)
+    if c.train.bleu_every and not c.train.bleu_sentences:
+        raise ConfigError(f"train.bleu_every={c.train.bleu_every} needs train.bleu_sentences "
+                          ">= 1 (the validation sentences to decode)")
     for path, choices in CHOICES.items():
         value = _get(c, path)
         if value not in choices:

@@ -7,6 +7,7 @@ decodes part of the test split for BLEU and sample translations.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -22,7 +23,7 @@ import numpy as np
 import optax
 from flax.training import train_state
 
-from transformer_jax import checkpoints, evaluate, parallel
+from transformer_jax import checkpoints, decode, evaluate, parallel
 from transformer_jax import config as config_lib
 from transformer_jax.data import pipeline, sources
 from transformer_jax.data import tokenizer as tokenizer_lib
@@ -288,6 +289,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
                 max_batches=config.train.eval_batches)
             final = evaluate_loss(p_eval, p_state.params, eval_batches, num_devices)
             writer.write("eval", opt_step, final)
+        if config.train.bleu_every and step % (config.train.bleu_every * accum) == 0:
+            writer.write("eval", opt_step, _validation_bleu(
+                config, model_config, parallel.unreplicate(p_state.params), tokenizer,
+                eval_source))
         if step % (config.train.checkpoint_every * accum) == 0 or step == total_micro_steps:
             save(step)
     ckpts.wait()
@@ -304,24 +309,35 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     return final
 
 
+def _validation_bleu(config: ml_collections.ConfigDict, model_config: TransformerConfig,
+                     params: Any, tokenizer: tokenizer_lib.Tokenizer,
+                     source: Any) -> dict[str, float]:
+    """sacreBLEU of the first ``train.bleu_sentences`` of the validation split, decoded as
+    ``config.decode`` says."""
+    pairs = [source[i] for i in range(min(config.train.bleu_sentences, len(source)))]
+    hyps = evaluate.translate(params, model_config, tokenizer, [s for s, _ in pairs],
+                              decode.DecodeConfig.from_config(config.decode))
+    return {"bleu": evaluate.bleu(hyps, [t for _, t in pairs])[0]}
+
+
 def _final_translations(config: ml_collections.ConfigDict, model_config: TransformerConfig,
                         params: Any, tokenizer: tokenizer_lib.Tokenizer, writer: MetricWriter,
                         step: int) -> dict[str, Any]:
-    """Greedy-decodes the first sentences of the test split: BLEU and a few samples."""
+    """Decodes the first sentences of the test split: BLEU and a few samples."""
     test = sources.get_source(config.data, "test")
     n = min(max(config.train.bleu_sentences, config.train.samples), len(test))
     pairs = [test[i] for i in range(n)]
     start = time.time()
-    hyps = evaluate.translate(params, model_config, tokenizer, [s for s, _ in pairs],
-                              batch_size=config.decode.batch_size,
-                              max_len_offset=config.decode.max_len_offset)
+    decoding = decode.DecodeConfig.from_config(config.decode)
+    hyps = evaluate.translate(params, model_config, tokenizer, [s for s, _ in pairs], decoding)
     result: dict[str, Any] = {}
     if config.train.bleu_sentences:
         score, signature = evaluate.bleu(hyps, [t for _, t in pairs])
         result = {"test_bleu": score, "bleu_signature": signature, "bleu_sentences": n}
         writer.write("test", step, {"bleu": score})
-        logging.info("test BLEU %.2f on %d sentences (greedy, %.1fs)  %s", score, n,
-                     time.time() - start, signature)
+        logging.info("test BLEU %.2f on %d sentences (%s, %.1fs)  %s", score, n,
+                     evaluate.describe(dataclasses.asdict(decoding)), time.time() - start,
+                     signature)
     for (src, ref), hyp in list(zip(pairs, hyps, strict=True))[: config.train.samples]:
         writer.sample(src, ref, hyp)
     return result
