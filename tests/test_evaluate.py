@@ -132,13 +132,14 @@ def test_evaluate_averages_and_writes_hypotheses_and_scores(workdir, run_config)
     run_config.decode.strategy = "greedy"
     result = evaluate.evaluate_workdir(workdir, run_config, "test", average=3, limit=24)
     assert result["checkpoints"] == [10, 20, 30] and result["sentences"] == 24
-    hyps = (workdir / "eval" / "test-avg3.hyp.txt").read_text(encoding="utf-8").splitlines()
+    hyp_file = workdir / "eval" / "test-avg3-greedy.hyp.txt"
+    hyps = hyp_file.read_text(encoding="utf-8").splitlines()
     source = sources.get_source(run_config.data, "test")
     refs = [source[i][1] for i in range(24)]
     assert len(hyps) == 24
     assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
     assert result["tokenized_bleu"] == pytest.approx(evaluate.tokenized_bleu(hyps, refs)[0])
-    saved = json.loads((workdir / "eval" / "test-avg3.json").read_text())
+    saved = json.loads((workdir / "eval" / "test-avg3-greedy.json").read_text())
     assert saved["bleu"] == result["bleu"] and saved["decode"]["strategy"] == "greedy"
     # Perplexity of the averaged parameters on the same 24 pairs.
     loaded = evaluate.load_workdir(workdir, run_config, average=3)
@@ -165,7 +166,7 @@ def test_evaluate_command(workdir):
                for line in lines)
     assert any(line.startswith("BLEU (tokenized, compound-split") and "tok:none" in line
                for line in lines)
-    saved = json.loads((workdir / "eval" / "validation-avg2.json").read_text())
+    saved = json.loads((workdir / "eval" / "validation-avg2-beam2.json").read_text())
     assert saved["decode"]["beam_size"] == 2 and saved["checkpoints"] == [20, 30]
     bad = subprocess.run(
         [sys.executable, "-m", "transformer_jax.evaluate", f"--workdir={workdir}",

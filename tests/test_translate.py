@@ -97,3 +97,9 @@ def test_not_a_workdir(tmp_path):
     assert out.stderr.decode().strip().splitlines() == [
         f"error: {tmp_path / 'config.json'}: no such file; --workdir must be the workdir of a "
         "training run"]
+
+
+def test_read_lines_takes_crlf_a_byte_order_mark_and_a_missing_final_newline(tmp_path):
+    path = tmp_path / "src.txt"
+    path.write_bytes(b"\xef\xbb\xbfone\r\n\r\ntwo\n  \nthree")
+    assert translate.read_lines(str(path)) == ["one", "", "two", "  ", "three"]

@@ -16,8 +16,9 @@ and reports on the split
   ``compound_split_bleu.sh``). The 2017 papers reported this figure; it runs higher than
   sacreBLEU's, because splitting compounds adds easy-to-match tokens.
 
-It writes ``<workdir>/eval/<split>-avg<N>.hyp.txt`` (one hypothesis per line) and
-``<workdir>/eval/<split>-avg<N>.json`` (the scores, signatures and settings).
+It writes ``<workdir>/eval/<split>-avg<N>-<search>.hyp.txt`` (one hypothesis per line) and
+``<workdir>/eval/<split>-avg<N>-<search>.json`` (the scores, signatures and settings), where
+``<search>`` is ``beam4``, ``greedy`` or ``sample``.
 """
 
 from __future__ import annotations
@@ -257,7 +258,8 @@ def evaluate_workdir(workdir: str | Path, config: ml_collections.ConfigDict, spl
     }
     out = Path(workdir) / "eval"
     out.mkdir(exist_ok=True)
-    name = f"{split}-avg{average}"
+    tag = f"beam{decoding.beam_size}" if decoding.strategy == "beam" else decoding.strategy
+    name = f"{split}-avg{average}-{tag}"
     (out / f"{name}.hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
     result["files"] = [str(out / f"{name}.hyp.txt"), str(out / f"{name}.json")]

@@ -31,6 +31,7 @@ def read_lines(path: str) -> list[str]:
     """
     name = "<stdin>" if path == "-" else path
     data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not text
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
