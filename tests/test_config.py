@@ -139,3 +139,21 @@ def test_attention_fields_are_checked(changes, message):
     c.model.update(changes)
     with pytest.raises(ConfigError, match=message):
         config_lib.validate(c)
+
+
+def test_decoding_defaults_are_the_papers_and_bad_values_are_refused():
+    d = config_lib.build("base").decode
+    assert (d.strategy, d.beam_size, d.alpha, d.max_len_offset) == ("beam", 4, 0.6, 50)
+    assert (d.temperature, d.top_k, d.top_p) == (1.0, 0, 1.0)  # sampling filters off
+    for path, value, message in [
+        ("decode.strategy", "nucleus", "decode.strategy='nucleus' is not one of greedy, beam"),
+        ("decode.temperature", -1.0, r"decode.temperature=-1.0 must be a number in \[0.0"),
+        ("decode.top_p", 0.0, r"decode.top_p=0.0 must be a number in \(0.0, 1.0\]"),
+        ("decode.top_k", -1, "decode.top_k=-1 must be an integer >= 0"),
+        ("train.bleu_every", 100, "train.bleu_every=100 needs train.bleu_sentences >= 1"),
+    ]:
+        c = config_lib.build("base")
+        section, field = path.split(".")
+        c[section][field] = value
+        with pytest.raises(ConfigError, match=message):
+            config_lib.validate(c)

@@ -62,7 +62,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("float32", "bfloat16"),
     "data.name": DATASETS,
     "train.parallel": ("pmap", "sharded"),
-    "decode.strategy": ("greedy", "beam"),
+    "decode.strategy": ("greedy", "beam", "sample"),
 }
 
 
@@ -134,18 +134,26 @@ def base_config() -> ml_collections.ConfigDict:
     t.peak_flops = 0.0  # per device, for MFU; 0 = known accelerator's or a CPU matmul probe
     t.profile_steps = 0  # > 0: write a profiler trace of this many steps to <workdir>/profile
     t.profile_start = 10  # first step traced (after compilation)
-    t.bleu_sentences = 0  # sentences decoded for BLEU at the end of training (0: none)
+    # Sentences decoded for BLEU: of the validation split every bleu_every steps, and of the
+    # test split at the end of training (0: none).
+    t.bleu_sentences = 0
+    t.bleu_every = 0  # steps between validation BLEU evaluations; 0: never during training
     t.samples = 0  # sample translations printed at the end of training
     # Indices into the test split: attention pictures of these sentences are written to
     # <workdir>/pictures at the end of training (visualize.py); () writes none.
     t.visualize_sentences = ()
 
     c.decode = dc = ml_collections.ConfigDict()
-    dc.strategy = "beam"
+    dc.strategy = "beam"  # or "greedy", or "sample" (not in the paper)
     dc.beam_size = 4
     dc.alpha = 0.6  # GNMT length penalty ((5 + len) / 6) ** alpha
     dc.max_len_offset = 50  # maximum output length = input length + 50
-    dc.batch_size = 64
+    # Sampling (strategy="sample"): temperature 0 is greedy; top_k 0 and top_p 1 are off.
+    dc.temperature = 1.0
+    dc.top_k = 0
+    dc.top_p = 1.0
+    dc.seed = 0
+    dc.batch_size = 64  # sentences per decoding batch (times beam_size hypotheses)
     return c
 
 
@@ -238,7 +246,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     for path in ["model.d_k", "model.d_v", "model.num_kv_heads", "train.eval_batches",
                  "train.bleu_sentences", "train.samples", "decode.max_len_offset", "train.seed",
                  "data.shuffle_seed", "train.devices", "train.profile_steps",
-                 "train.profile_start"]:
+                 "train.profile_start", "train.bleu_every", "decode.top_k", "decode.seed"]:
         _check_int(c, path, low=0)
     sentences = c.train.visualize_sentences
     if not isinstance(sentences, tuple | list) or not all(
@@ -269,6 +277,11 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if c.train.model_parallel > 1 and c.train.parallel != "sharded":
         raise ConfigError(f"train.model_parallel={c.train.model_parallel} needs "
                           "train.parallel='sharded'")
+    _check_float(c, "decode.temperature", 0.0, math.inf)
+    _check_float(c, "decode.top_p", 0.0, 1.0, low_open=True)
+    if c.train.bleu_every and not c.train.bleu_sentences:
+        raise ConfigError(f"train.bleu_every={c.train.bleu_every} needs train.bleu_sentences "
+                          ">= 1 (the validation sentences to decode)")
     for path, choices in CHOICES.items():
         value = _get(c, path)
         if value not in choices:
