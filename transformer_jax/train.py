@@ -206,21 +206,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     is_chief = jax.process_index() == 0
     devices = parallel.local_devices(config.train.devices)
     num_devices = len(devices)
-    writer = MetricWriter(workdir, enabled=is_chief)
 
     # Data and vocabulary.
-    train_source = sources.get_source(config.data, "train")
-    sample = tokenizer_lib.sample_text(
-        (train_source[i] for i in range(len(train_source))), config.data.vocab_sample)
-    tokenizer = tokenizer_lib.load_or_train(workdir, sample, config.data.vocab_size, is_chief)
+    tokenizer, data, rows, _ = pipeline.data_for(config, workdir, num_devices)
     accum = config.optim.grad_accum_steps
-    rows = pipeline.rows_per_batch(config.data.tokens_per_batch // accum, config.data.max_len,
-                                   num_devices * jax.process_count())
-    local_rows = rows // jax.process_count()
-    data = pipeline.train_data(
-        train_source, tokenizer, max_len=config.data.max_len, rows=local_rows,
-        seed=config.data.shuffle_seed, packing=config.data.packing,
-        process_index=jax.process_index(), process_count=jax.process_count())
+    writer = MetricWriter(workdir, enabled=is_chief)
 
     # Model and state.
     model_config = TransformerConfig.from_config(config.model, tokenizer.vocab_size)
