@@ -156,6 +156,16 @@ def test_over_long_pairs_are_skipped_and_counted(tok, monkeypatch):
     assert first["inputs_segment_ids"].max() > 0
 
 
+def test_a_chunk_with_no_pair_short_enough_is_passed_over(tok):
+    long_pair = (" ".join(["the dog"] * 80), "der Hund")
+    source = [long_pair] * 8 + PAIRS[:8]
+    data = pipeline.train_data(source, tok, max_len=MAX_LEN, rows=2, seed=0, chunk_pairs=1)
+    encoded = {(tuple(tok.encode(en)), tuple(tok.encode(de))) for en, de in PAIRS[:8]}
+    for batch in batches(data, 6):
+        assert set(unpack(batch)) <= encoded
+    assert data.length_filter.skipped > 0
+
+
 def test_evaluation_sees_every_pair_once_and_counts_truncations(tok, caplog):
     long_pair = (" ".join(["the dog"] * 80), "der Hund")
     source = PAIRS[:300] + [long_pair]

@@ -43,6 +43,7 @@ from transformer_jax.data import packing as packing_lib
 from transformer_jax.data import sources, text
 from transformer_jax.data import tokenizer as tokenizer_lib
 from transformer_jax.data.tokenizer import Tokenizer
+from transformer_jax.errors import DataError
 
 FEATURES = packing_lib.FEATURES
 # Pairs read, tokenized and packed together. Bigger chunks pack tighter (only the last few
@@ -138,6 +139,11 @@ def _read_options() -> grain.ReadOptions:
     return grain.ReadOptions(num_threads=READ_THREADS, prefetch_buffer_size=PREFETCH_CHUNKS)
 
 
+def _has_rows(rows: dict[str, np.ndarray]) -> bool:
+    """False for a chunk whose every pair was too long (rebatching needs a row at least)."""
+    return len(rows["inputs"]) > 0
+
+
 @dataclasses.dataclass
 class TrainData:
     """The training iterator and the filter whose counts are logged."""
@@ -211,11 +217,13 @@ def train_data(source: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_l
     """
     length_filter = LengthFilter(max_len)
     chunks = epoch_order(len(source), seed, process_index, process_count).repeat(None)
-    chunks = chunks.batch(chunk_pairs).map_with_index(
+    # drop_remainder: an endless stream has none, and it keeps the length an exact integer.
+    chunks = chunks.batch(chunk_pairs, drop_remainder=True).map_with_index(
         PackChunk(source, tokenizer, max_len, packing=packing, length_filter=length_filter,
                   seed=seed))
     batches = grain.experimental.RebatchIterDataset(
-        chunks.to_iter_dataset(_read_options()), batch_size=rows, drop_remainder=True)
+        chunks.to_iter_dataset(_read_options()).filter(_has_rows), batch_size=rows,
+        drop_remainder=True)
     return TrainData(iter(batches), length_filter, rows)
 
 
@@ -273,6 +281,9 @@ def report_long_pairs(source: text.TextPairs, tokenizer: Tokenizer, max_len: int
                 if len(piece_ids) + 1 > max_len:
                     long_lines.append(int(source.line_numbers[start + i]))
     long_lines = sorted(set(long_lines))
+    if len(long_lines) == len(source):
+        raise DataError(f"{source.name}: every pair is longer than data.max_len={max_len} "
+                        "tokens; raise data.max_len (and model.max_len)")
     if long_lines:
         logging.warning("%s: %d of %d pairs longer than data.max_len=%d tokens are skipped in "
                         "training (%s)", source.name, len(long_lines), len(source), max_len,
