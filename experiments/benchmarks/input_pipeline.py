@@ -1,6 +1,6 @@
 """Input pipeline throughput against what the train step consumes.
 
-    python experiments/benchmarks/input_pipeline.py [--batches=200] [--train_steps=40]
+    python experiments/benchmarks/input_pipeline.py [--seconds=20] [--train_steps=40]
 
 Measures, on this machine:
 
@@ -49,22 +49,34 @@ ASSUMED_ACCELERATOR_FLOPS = 200e12  # sustained train-step FLOP/s of one modern 
 REQUIRED_RATIO = 10.0
 
 
-def measure_pipeline(config, workdir: Path, batches: int) -> dict[str, float]:
-    """Tokens/s of the config's training pipeline over ``batches`` batches after warm-up."""
+def pairs_in(batch: dict[str, np.ndarray]) -> int:
+    """Sentence pairs in a packed batch (segment ids count 1, 2, ... within each row)."""
+    return int(batch["targets_segment_ids"].max(axis=1).sum())
+
+
+def measure_pipeline(config, workdir: Path, seconds: float) -> dict[str, float]:
+    """Tokens/s of the config's training pipeline in its steady state.
+
+    Reading threads work ahead by up to ``pipeline.PREFETCH_CHUNKS`` chunks, so the warm-up
+XX
+    faster, waits on every chunk) before ``seconds`` of timed batches.
+    """
     _, data, rows, _ = pipeline.data_for(config, workdir, num_devices=1, process_index=0,
                                          process_count=1)
-    for _ in range(5):  # fills the read-ahead and the first chunks
-        next(data.iterator)
-    target = source = 0
+    warm = 0
+    while warm < 2 * pipeline.PREFETCH_CHUNKS * pipeline.CHUNK_PAIRS:
+        warm += pairs_in(next(data.iterator))
+    target = source = batches = 0
     padding = []
     start = time.perf_counter()
-    for _ in range(batches):
+    while time.perf_counter() - start < seconds:
         batch = next(data.iterator)
         target += int(np.sum(batch["targets_segment_ids"] > 0))
         source += int(np.sum(batch["inputs_segment_ids"] > 0))
         padding.append(packing.padding_fraction(batch))
-    seconds = time.perf_counter() - start
-    return {"target_tokens_per_s": target / seconds, "source_tokens_per_s": source / seconds,
+        batches += 1
+    elapsed = time.perf_counter() - start
+    return {"target_tokens_per_s": target / elapsed, "source_tokens_per_s": source / elapsed,
             "padding_fraction": float(np.mean(padding)), "rows": rows,
             "target_tokens_per_batch": target / batches}
 
@@ -120,7 +132,8 @@ def measure_demo_train_step(data_dir: Path, workdir: Path, steps: int) -> dict[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--batches", type=int, default=200, help="batches timed per pipeline")
+    parser.add_argument("--seconds", type=float, default=20.0,
+                        help="seconds each pipeline is timed for, after its warm-up")
     parser.add_argument("--train_steps", type=int, default=40,
                         help="demo train steps (the second half is timed)")
     args = parser.parse_args()
@@ -128,20 +141,25 @@ def main() -> None:
     for noisy in ("absl", "jax", "orbax", "etils", "tensorflow_datasets", "grain"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
 
-    tmp = Path(tempfile.mkdtemp(prefix="input_pipeline_bench_"))
+    with tempfile.TemporaryDirectory(prefix="input_pipeline_bench_") as tmp:
+        run(Path(tmp), args)
+
+
+def run(tmp: Path, args: argparse.Namespace) -> None:
+    """Measures everything with its files under ``tmp`` and prints the figures."""
     data_dir = tmp / "tfds"
     sources.prepare_builtin(str(data_dir))
 
     demo = demo_config.get_config()
     demo.data.data_dir = str(data_dir)
-    demo_pipe = measure_pipeline(demo, tmp / "demo_pipe", args.batches)
+    demo_pipe = measure_pipeline(demo, tmp / "demo_pipe", args.seconds)
     demo_stages = stage_costs(demo, tmp / "demo_pipe")
 
     base = config_lib.build("base", "text")
     base.data.train_files = base.data.eval_files = str(wmt_like_tsv(tmp / "wmt_like.tsv"))
     base.data.vocab_size = 8000  # what the built-in vocabulary supports (the paper: 37,000)
     base.data.vocab_sample = 3_000_000
-    base_pipe = measure_pipeline(base, tmp / "base_pipe", max(args.batches // 4, 10))
+    base_pipe = measure_pipeline(base, tmp / "base_pipe", args.seconds)
     base_stages = stage_costs(base, tmp / "base_pipe")
 
     demo_train = measure_demo_train_step(data_dir, tmp / "demo_train", args.train_steps)
