@@ -180,6 +180,11 @@ def _one_line(e: BaseException, argv: list[str]) -> str:
 
 
 def run(main: Callable[[list[str]], None]) -> None:
-    """``absl.app.run`` with one-line errors for bad flags and the project's logging."""
-    setup_logging()
-    app.run(main, flags_parser=_parse_flags)
+    """``absl.app.run`` with one-line errors for bad flags and the project's logging (set up
+    once absl has started, which installs its own handler)."""
+
+    def with_logging(argv: list[str]) -> None:
+        setup_logging()
+        main(argv)
+
+    app.run(with_logging, flags_parser=_parse_flags)

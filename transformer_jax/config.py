@@ -297,10 +297,29 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         raise ConfigError(
             f"data.max_len={c.data.max_len} exceeds model.max_len={m.max_len}; the model "
             "has no positions beyond model.max_len")
-    if c.data.name == "text" and not c.data.train_files:
-        raise ConfigError("data.train_files is empty; data.name='text' needs "
-                          "'source.txt,target.txt' or 'pairs.tsv'")
+    if c.data.name == "text":
+        _check_text_files(c)
     return c
+
+
+def _check_text_files(c: ml_collections.ConfigDict) -> None:
+    """data.name='text' reads train and eval files, and test files when decoding at the end."""
+    decodes = bool(c.train.bleu_sentences or c.train.samples)
+    for field, needed in [("train_files", True), ("eval_files", True), ("test_files", decodes)]:
+        value = c.data[field]
+        if not isinstance(value, str):
+            raise ConfigError(f"data.{field}={value!r} must be a string")
+        if not value.strip():
+            if needed:
+                why = (" (for train.bleu_sentences and train.samples; set both to 0 to go "
+                       "without)" if field == "test_files" else "")
+                raise ConfigError(f"data.{field} is empty; data.name='text' needs "
+                                  f"'source.txt,target.txt' or 'pairs.tsv'{why}")
+            continue
+        parts = value.split(",")
+        if len(parts) > 2 or not all(p.strip() for p in parts):
+            raise ConfigError(f"data.{field}={value!r} must be 'source.txt,target.txt' "
+                              "or 'pairs.tsv'")
 
 
 def _check_int(c: ml_collections.ConfigDict, path: str, low: int) -> None:

@@ -183,22 +183,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     workdir = Path(workdir)
     _check_workdir(workdir)
     is_chief = jax.process_index() == 0
-    writer = MetricWriter(workdir, enabled=is_chief)
     accum = config.optim.grad_accum_steps
+    num_devices = len(parallel.local_devices(config.train.devices))
+    global_devices = num_devices * jax.process_count()
 
     # Data and vocabulary.
-    train_source = sources.get_source(config.data, "train")
-    sample = tokenizer_lib.sample_text(
-        (train_source[i] for i in range(len(train_source))), config.data.vocab_sample)
-    tokenizer = tokenizer_lib.load_or_train(workdir, sample, config.data.vocab_size, is_chief)
-    global_devices = (len(parallel.local_devices(config.train.devices)) *
-                      jax.process_count())
-    rows = pipeline.rows_per_batch(config.data.tokens_per_batch // accum, config.data.max_len,
-                                   global_devices)
-    data = pipeline.train_data(
-        train_source, tokenizer, max_len=config.data.max_len, rows=rows // jax.process_count(),
-        seed=config.data.shuffle_seed, packing=config.data.packing,
-        process_index=jax.process_index(), process_count=jax.process_count())
+    tokenizer, data, rows, _ = pipeline.data_for(config, workdir, num_devices)
+    writer = MetricWriter(workdir, enabled=is_chief)
 
     # Model, state and the compiled steps.
     model_config = TransformerConfig.from_config(config.model, tokenizer.vocab_size)

@@ -45,7 +45,7 @@ import ml_collections
 import numpy as np
 from matplotlib.figure import Figure
 
-from transformer_jax import attention, cli, config as config_lib, evaluate, params
+from transformer_jax import attention, cli, config as config_lib, decode, evaluate, params
 from transformer_jax.checkpoints import Checkpoints
 from transformer_jax.data import sources
 from transformer_jax.data.tokenizer import MODEL_NAME, Tokenizer
@@ -488,9 +488,9 @@ def write_pictures(out: str | os.PathLike, model: LoadedModel, source: str,
     if not source.strip():
         raise UserError("--src is empty; give a sentence to run through the model")
     if target is None:
+        decoding = decode.DecodeConfig.from_config(model.config.decode).replace(batch_size=1)
         target = evaluate.translate(model.params, model.model_config, model.tokenizer,
-                                    [source], batch_size=1,
-                                    max_len_offset=model.config.decode.max_len_offset)[0]
+                                    [source], decoding)[0]
         logging.info("translation: %s", target)
     extras = write_model_pictures(out, model.model_config, measured_file)
     sentence = read_sentence(model.params, model.model_config, model.tokenizer, source, target)
@@ -509,9 +509,10 @@ def write_run_pictures(config: ml_collections.ConfigDict, model_config: Transfor
             raise DataError(f"train.visualize_sentences: index {i} is outside the test split "
                             f"({len(test)} sentences)")
     pairs = [test[i] for i in indices]
+    decoding = decode.DecodeConfig.from_config(config.decode).replace(
+        batch_size=max(len(pairs), 1))
     hyps = evaluate.translate(model_params, model_config, tokenizer, [s for s, _ in pairs],
-                              batch_size=max(len(pairs), 1),
-                              max_len_offset=config.decode.max_len_offset)
+                              decoding)
     out = Path(workdir) / "pictures"
     extras = write_model_pictures(out, model_config)
     for i, (src, _), hyp in zip(indices, pairs, hyps, strict=True):
