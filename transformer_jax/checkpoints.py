@@ -67,13 +67,19 @@ class Checkpoints:
         """Only the parameters of checkpoint ``step`` (for evaluation and decoding), shaped
         like ``params_template`` (arrays or ``jax.ShapeDtypeStruct``); host numpy arrays."""
         template = {"params": params_template}
-        with ocp.PyTreeCheckpointer() as reader:
-            restored = reader.restore(
-                self.directory / str(step) / "state",
-                args=ocp.args.PyTreeRestore(
-                    item=template, partial_restore=True,
-                    restore_args=jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
-                                              template)))
+        # Reading part of the state makes orbax warn about every item left unread.
+        quiet = _DropMessages("was found in the checkpoint, but could not be restored")
+        logging.getLogger("absl").addFilter(quiet)
+        try:
+            with ocp.PyTreeCheckpointer() as reader:
+                restored = reader.restore(
+                    self.directory / str(step) / "state",
+                    args=ocp.args.PyTreeRestore(
+                        item=template, partial_restore=True,
+                        restore_args=jax.tree.map(
+                            lambda _: ocp.RestoreArgs(restore_type=np.ndarray), template)))
+        finally:
+            logging.getLogger("absl").removeFilter(quiet)
         return restored["params"]
 
     def average_params(self, params_template: Any, last: int) -> tuple[Any, list[int]]:
@@ -120,3 +126,14 @@ def _abstract(tree: Any) -> Any:
     return jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype)
         if not isinstance(x, jax.ShapeDtypeStruct) else x, tree)
+
+
+class _DropMessages(logging.Filter):
+    """Drops log records containing ``text``."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()

@@ -36,13 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import sacrebleu
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-from transformer_jax import checkpoints, decode, losses
+from transformer_jax import checkpoints, decode, losses, params as params_lib
 from transformer_jax.data import pipeline, sources
 from transformer_jax.data.pipeline import pad_batch
 from transformer_jax.data.tokenizer import MODEL_NAME, Tokenizer
@@ -203,9 +202,7 @@ def load_workdir(workdir: str | Path, config: ml_collections.ConfigDict,
             raise UserError(f"{ckpts.directory}: no checkpoints; train first")
         meta = ckpts.read_meta(steps[-1])
         model_config = TransformerConfig.from_config(config.model, int(meta["vocab_size"]))
-        dummy = jnp.ones((1, 1), jnp.int32)
-        template = jax.eval_shape(lambda: Transformer(model_config.replace(
-            deterministic=True)).init(jax.random.key(0), dummy, dummy)["params"])
+        template = params_lib.param_shapes(model_config)
         if average > 1:
             params, used = ckpts.average_params(template, average)
         elif average == 1:

@@ -46,9 +46,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from transformer_jax import attention, cli, config as config_lib, decode, evaluate, params
-from transformer_jax.checkpoints import Checkpoints
 from transformer_jax.data import sources
-from transformer_jax.data.tokenizer import MODEL_NAME, Tokenizer
+from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.errors import DataError, UserError
 from transformer_jax.model import Transformer, TransformerConfig, sinusoidal_positions
 
@@ -84,42 +83,10 @@ class LoadedModel:
 def load_model(workdir: str | os.PathLike) -> LoadedModel:
     """Rebuilds the model of ``workdir`` (config.json + the checkpoint's vocabulary size) and
     restores the latest checkpoint's parameters."""
-    workdir = Path(workdir)
-    config_path, vocab_path = workdir / "config.json", workdir / "vocab" / MODEL_NAME
-    for path in (config_path, vocab_path):
-        if not path.is_file():
-            raise UserError(f"{path}: not found; is {workdir} the workdir of a training run?")
-    try:
-        config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
-    except json.JSONDecodeError as e:
-        raise DataError(f"{config_path}: line {e.lineno}: not valid JSON ({e.msg})") from e
-    if not (workdir / "checkpoints").is_dir():
-        raise UserError(f"{workdir / 'checkpoints'}: not found; the run saved no checkpoint")
-    ckpts = Checkpoints(workdir, keep=max(config.train.keep_checkpoints, 1))
-    step = ckpts.latest_step()
-    if step is None:
-        raise UserError(f"{workdir / 'checkpoints'}: no complete checkpoint")
-    # Reading one item of a checkpoint makes orbax warn about each item left unread.
-    quiet = _DropMessages("was found in the checkpoint, but could not be restored")
-    logging.getLogger("absl").addFilter(quiet)
-    try:
-        vocab_size = int(ckpts.read_meta(step)["vocab_size"])
-        model_config = TransformerConfig.from_config(config.model, vocab_size).replace(
-            deterministic=True)
-        restored = ckpts.restore_params(step, params.param_shapes(model_config))
-    finally:
-        logging.getLogger("absl").removeFilter(quiet)
-        ckpts.close()
-    return LoadedModel(config, model_config, restored, Tokenizer(vocab_path), step)
-
-
-class _DropMessages(logging.Filter):
-    def __init__(self, text: str):
-        super().__init__()
-        self.text = text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return self.text not in record.getMessage()
+    config = cli.workdir_config(workdir)
+    loaded = evaluate.load_workdir(workdir, config)
+    return LoadedModel(config, loaded.model_config.replace(deterministic=True), loaded.params,
+                       loaded.tokenizer, loaded.steps[-1])
 
 
 @functools.partial(jax.jit, static_argnames=("model_config",))
