@@ -109,6 +109,9 @@ def base_config() -> ml_collections.ConfigDict:
     d.max_len = 256  # tokens per sentence; longer pairs are counted and skipped
     d.tokens_per_batch = 25_000  # per side, per optimizer step, summed over devices
     d.packing = True
+    # The data is read in this many shards (0: one per process). The batches depend on it, not
+    # on the number of processes: set it to compare runs with different process counts.
+    d.num_shards = 0
     d.shuffle_seed = 0
 
     c.optim = o = ml_collections.ConfigDict()
@@ -245,7 +248,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         _check_int(c, path, low=1)
     for path in ["model.d_k", "model.d_v", "model.num_kv_heads", "train.eval_batches",
                  "train.bleu_sentences", "train.samples", "decode.max_len_offset", "train.seed",
-                 "data.shuffle_seed", "train.devices", "train.profile_steps",
+                 "data.shuffle_seed", "data.num_shards", "train.devices", "train.profile_steps",
                  "train.profile_start", "train.bleu_every", "decode.top_k", "decode.seed"]:
         _check_int(c, path, low=0)
     sentences = c.train.visualize_sentences

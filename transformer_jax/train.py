@@ -237,7 +237,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
             eval_batches = pipeline.eval_batches(
                 eval_source, tokenizer, max_len=config.data.max_len, rows=rows,
                 max_batches=config.train.eval_batches)
-            final = evaluate_loss(executor, state, eval_batches)
+            final = evaluate_loss(executor, state, (
+                pipeline.process_rows(b, jax.process_index(), jax.process_count())
+                for b in eval_batches))
             writer.write("eval", step // accum, final)
         if config.train.bleu_every and step % (config.train.bleu_every * accum) == 0:
             writer.write("eval", step // accum, _validation_bleu(
