@@ -19,7 +19,7 @@ Four kernels compute it (``model.attention`` picks one, :func:`attend` dispatche
 
 Shapes: b = batch, q = query length, k = key length, h = heads, h_kv = key/value heads
 (h_kv < h: grouped queries), d_k / d_v = head widths.
-This module imports nothing else of the project.
+Of the project it imports only the dropout mask.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ import logging
 
 import jax
 import jax.numpy as jnp
+
+from transformer_jax.dropout import dropout
 
 # Added to masked logits. Finite, so that a fully masked row (a padding query) gives a
 # uniform distribution instead of NaN; real queries always see at least themselves.
@@ -60,6 +62,7 @@ def dot_product_attention(
     *,
     dropout_rate: float = 0.0,
     dropout_rng: jax.Array | None = None,
+    dropout_impl: str = "hash",
     return_weights: bool = False,
 ) -> tuple[jax.Array, jax.Array | None]:
     """softmax(Q K^T / sqrt(d_k)) V over every head.
@@ -69,7 +72,8 @@ def dot_product_attention(
       k: [b, k, h_kv, d_k] keys; h must be a multiple of h_kv (h_kv < h: grouped queries).
       v: [b, k, h_kv, d_v] values.
       mask: boolean, broadcastable to [b, h, q, k]; False positions get zero weight.
-      dropout_rate, dropout_rng: dropout on the attention weights (training only).
+      dropout_rate, dropout_rng, dropout_impl: dropout on the attention weights (training
+        only; dropout.keep_mask makes the mask).
       return_weights: also return the weights [b, h, q, k] (after masking, before dropout).
 
     Returns:
@@ -88,8 +92,7 @@ def dot_product_attention(
     weights = jax.nn.softmax(logits, axis=-1)
     shown = weights.reshape(b, h, q_len, k.shape[1]) if return_weights else None
     if dropout_rate > 0.0 and dropout_rng is not None:
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
-        weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+        weights = dropout(weights, dropout_rate, dropout_rng, dropout_impl)
     out = jnp.einsum("bhgqk,bkhd->bqhgd", weights.astype(v.dtype), v)
     return out.reshape(b, q_len, h, v.shape[-1]), shown
 

@@ -60,6 +60,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.norm": ("post", "pre"),
     "model.attention": ("dense", "blockwise", "local", "cudnn"),
     "model.dtype": ("float32", "bfloat16"),
+    "model.dropout_impl": ("hash", "jax"),
     "data.name": DATASETS,
     "train.parallel": ("pmap", "sharded"),
     "decode.strategy": ("greedy", "beam", "sample"),
@@ -83,6 +84,9 @@ def base_config() -> ml_collections.ConfigDict:
     m.dropout_rate = 0.1  # P_drop: sub-layer outputs and embedding + position sums
     # The paper names no dropout on attention weights; tensor2tensor added it later.
     m.attention_dropout_rate = 0.0
+    # Dropout masks: "hash" (a counter hash seeded from jax.random; fast) or "jax"
+    # (jax.random.bernoulli, flax's nn.Dropout). See transformer_jax/dropout.py.
+    m.dropout_impl = "hash"
     m.share_embeddings = True  # source, target and pre-softmax share one matrix
     m.positions = "sinusoidal"  # or "learned" (Table 3 row E)
     m.norm = "post"  # the paper's LayerNorm(x + Sublayer(x)); "pre" is LayerNorm first

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer_jax import attention
+from transformer_jax.dropout import Dropout
 
 Array = jax.Array
 
@@ -46,6 +47,7 @@ class TransformerConfig:
     local_window: int = 128  # r of local self-attention: each query sees keys within r
     dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.0
+    dropout_impl: str = "hash"  # dropout masks: "hash" or "jax" (dropout.py)
     share_embeddings: bool = True
     positions: str = "sinusoidal"
     norm: str = "post"
@@ -75,6 +77,7 @@ class TransformerConfig:
             block_size=m.get("block_size", 256), local_window=m.get("local_window", 128),
             dropout_rate=m.dropout_rate,
             attention_dropout_rate=m.attention_dropout_rate,
+            dropout_impl=m.get("dropout_impl", "hash"),
             share_embeddings=m.share_embeddings, positions=m.positions, norm=m.norm,
             max_len=m.max_len, dtype=jnp.dtype(m.dtype), remat=m.get("remat", False))
 
@@ -126,7 +129,7 @@ class Embed(nn.Module):
         else:
             table = jnp.asarray(sinusoidal_positions(cfg.max_len, cfg.d_model))
         x = x + jnp.take(table, positions, axis=0).astype(cfg.dtype)
-        return nn.Dropout(cfg.dropout_rate)(x, deterministic=cfg.deterministic)
+        return Dropout(cfg.dropout_rate, cfg.dropout_impl)(x, deterministic=cfg.deterministic)
 
 
 # ----------------------------------------------------------------------------------------
@@ -233,7 +236,8 @@ class MultiHeadAttention(nn.Module):
                 dropout_rng = self.make_rng("dropout")
             out, weights = attention.dot_product_attention(
                 q, k, v, mask, dropout_rate=cfg.attention_dropout_rate,
-                dropout_rng=dropout_rng, return_weights=return_weights)
+                dropout_rng=dropout_rng, dropout_impl=cfg.dropout_impl,
+                return_weights=return_weights)
         else:
             if not cfg.deterministic and cfg.attention_dropout_rate > 0:
                 raise ValueError(f"attention_dropout_rate={cfg.attention_dropout_rate} needs "
@@ -310,7 +314,7 @@ class AddNorm(nn.Module):
     def __call__(self, x: Array, sublayer: Any) -> Array:
         cfg = self.config
         norm = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name="norm")
-        dropout = nn.Dropout(cfg.dropout_rate)
+        dropout = Dropout(cfg.dropout_rate, cfg.dropout_impl)
         if cfg.norm == "pre":
             return x + dropout(sublayer(norm(x)), deterministic=cfg.deterministic)
         return norm(x + dropout(sublayer(x), deterministic=cfg.deterministic))
