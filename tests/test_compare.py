@@ -47,11 +47,18 @@ def test_paper_columns_are_table_3_for_every_variant(tmp_path):
         assert row["paper PPL"] == f"{ppl:.2f}" and row["paper BLEU"] == f"{bleu:.1f}"
         assert row["paper params"] == (f"{params}M" if params else "-")
         assert row["dev PPL"] == row["dev BLEU"] == row["steps"] == "-"
+    # The model column from each point's config: N x d_model/d_ff, h x d_k.
+    assert rows["A_h1"]["model"] == "6 x 512/2048, 1 x 512"
+    assert rows["base"]["model"] == "6 x 512/2048, 8 x 64"
+    assert rows["C_d1024"]["model"] == "6 x 1024/2048, 8 x 128"
+    assert rows["big"]["model"] == "6 x 1024/4096, 16 x 64"
     with open(paths["csv"]) as f:
         table = {r["point"]: r for r in csv.DictReader(f)}
     assert float(table["A_h1"]["paper_ppl"]) == 5.29 and float(table["A_h1"]["paper_bleu"]) == 24.9
     assert table["A_h1"]["paper_params_m"] == "" and table["C_d1024"]["paper_params_m"] == "168"
     assert table["A_h1"]["dev_ppl"] == "" and table["A_h1"]["status"] == "missing"
+    assert (table["B_dk16"]["d_k"], table["B_dk16"]["d_v"]) == ("16", "64")
+    assert (table["D_ls02"]["eps_ls"], table["E_learned"]["positions"]) == ("0.2", "learned")
 
 
 @pytest.fixture(scope="module")

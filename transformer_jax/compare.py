@@ -36,7 +36,13 @@ from transformer_jax import cli, paper
 from transformer_jax.errors import UserError
 from transformer_jax.workdirs import point_status, read_json, read_metrics
 
-COLUMNS = ("point", "variant", "value", "status", "params", "steps", "num_steps", "wall_s",
+# The config fields of the paper's Table 3, as (column, section, field).
+CONFIG_COLUMNS = (("N", "model", "num_layers"), ("d_model", "model", "d_model"),
+                  ("d_ff", "model", "d_ff"), ("h", "model", "num_heads"), ("d_k", "model", "d_k"),
+                  ("d_v", "model", "d_v"), ("P_drop", "model", "dropout_rate"),
+                  ("eps_ls", "train", "label_smoothing"), ("positions", "model", "positions"))
+COLUMNS = ("point", "variant", "value", *(c for c, _, _ in CONFIG_COLUMNS), "status", "params",
+           "steps", "num_steps", "wall_s",
            "cpu_s", "tokens_per_s", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu",
            "bleu_sentences", "paper_ppl", "paper_bleu", "paper_params_m", "scale", "machine",
            "started")
@@ -126,11 +132,24 @@ def _row(workdir: Path, point: dict[str, Any], definition: dict[str, Any]) -> di
         "paper_bleu": scores[1] if scores else None,
         "paper_params_m": scores[2] if scores else None,
         "scale": config.get("scale") or definition.get("scale", ""),
+        **_config_columns(config),
         "machine": attempts[-1].get("machine", "") if attempts else "",
         "started": attempts[0]["started"] if attempts else "",
         "attempts": attempts,
         "curve": [(s, train[s]["loss"]) for s in sorted(train) if "loss" in train[s]],
     }
+
+
+def _config_columns(config: dict[str, Any]) -> dict[str, Any]:
+    """The Table 3 fields of a point's config (d_k, d_v resolved when derived)."""
+    if not config.get("model"):
+        return {}
+    out = {column: config.get(section, {}).get(field)
+           for column, section, field in CONFIG_COLUMNS}
+    for key in ("d_k", "d_v"):
+        if not out[key] and out["d_model"] and out["h"]:
+            out[key] = out["d_model"] // out["h"]
+    return out
 
 
 # ----------------------------------------------------------------------------------------
@@ -195,12 +214,12 @@ def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
         cpu = sum(r["cpu_s"] or 0.0 for r in rows)
         facts.append(f"sweep end to end {_duration(total)} ({cpu / 60:.0f} CPU-minutes)")
     lines += ["; ".join(facts) + ".", ""]
-    header = ["point", parameter, "status", "params", "steps", "wall time", "tokens/s",
+    header = ["point", parameter, "model", "status", "params", "steps", "wall time", "tokens/s",
               "dev PPL", "dev BLEU", "test BLEU", "paper PPL", "paper BLEU", "paper params"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         steps = "-" if r["steps"] is None else f"{r['steps']:,}"
-        cells = [r["point"], str(r["value"]), r["status"], _params(r["params"]), steps,
+        cells = [r["point"], str(r["value"]), _model(r), r["status"], _params(r["params"]), steps,
                  _duration(r["wall_s"]), _number(r["tokens_per_s"], 0), _number(r["dev_ppl"], 2),
                  _number(r["dev_bleu"], 1), _number(r["test_bleu"], 1),
                  _number(r["paper_ppl"], 2), _number(r["paper_bleu"], 1),
@@ -210,8 +229,16 @@ def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _model(row: dict[str, Any]) -> str:
+    """N x d_model/d_ff, h x d_k, as in "3 x 128/512, 8 x 16"."""
+    if row.get("N") is None:
+        return "-"
+    return f"{row['N']} x {row['d_model']}/{row['d_ff']}, {row['h']} x {row['d_k']}"
+
+
 def _notes(rows: Sequence[dict[str, Any]]) -> list[str]:
-    notes = ["dev: the validation split (newstest2013 for WMT14); PPL per subword token, "
+    notes = ["model: N layers x d_model/d_ff, h heads x d_k.",
+             "dev: the validation split (newstest2013 for WMT14); PPL per subword token, "
              "from the final evaluation."]
     if all(r["dev_bleu"] is None for r in rows):
         notes.append("dev BLEU: not logged (the training loop logs validation BLEU where "
@@ -246,7 +273,7 @@ def plot_losses(definition: dict[str, Any], rows: Sequence[dict[str, Any]], path
             style = "-" if row["kind"] == "finished" else "--"
             ax.plot(steps, losses, style, marker=".", label=_label(row, parameter))
     missing = [_label(r, parameter) for r in rows if not r["curve"]]
-    ax.set(xlabel="step", ylabel="training loss (label-smoothed, per token)", yscale="log",
+    ax.set(xlabel="step", ylabel="training loss (label-smoothed, per token)",
            title=f"{definition.get('name', '')}: training loss")
     ax.grid(True, alpha=0.3)
     if ax.lines:
@@ -272,7 +299,7 @@ def _positions(values: Sequence[Any]) -> tuple[list[float], dict[str, Any]]:
 def plot_against_value(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
                        path: Path) -> None:
     """Validation perplexity and BLEU against the swept value: ours (left axis) and the
-    paper's (right axis, its own scale); points without a figure are marked."""
+    paper's (right axis, its own scale); points without a final figure are marked."""
     parameter = definition.get("parameter", "value")
     xs, axis = _positions([r["value"] for r in rows])
     bleu_key = "dev_bleu" if any(r["dev_bleu"] is not None for r in rows) else "test_bleu"
@@ -283,15 +310,17 @@ def plot_against_value(definition: dict[str, Any], rows: Sequence[dict[str, Any]
     for i, (ours, theirs, title) in enumerate(panels):
         ax = fig.add_subplot(1, 2, i + 1)
         twin = ax.twinx()
-        pts = [(x, r[ours]) for x, r in zip(xs, rows, strict=True) if r[ours] is not None]
+        # Only finished points: an unfinished one's last evaluation is not its result.
+        done = [r[ours] is not None and r["kind"] == "finished" for r in rows]
+        pts = [(x, r[ours]) for x, r, ok in zip(xs, rows, done, strict=True) if ok]
         if pts:
             ax.plot(*zip(*pts, strict=True), "o-", color="tab:blue", label="ours")
         ref = [(x, r[theirs]) for x, r in zip(xs, rows, strict=True) if r[theirs] is not None]
         if ref:
             twin.plot(*zip(*ref, strict=True), "s--", color="tab:orange", mfc="none",
                       label="paper (Table 3)")
-        for x, r in zip(xs, rows, strict=True):
-            if r[ours] is None:
+        for x, r, ok in zip(xs, rows, done, strict=True):
+            if not ok:
                 ax.axvline(x, color="tab:red", ls=":", lw=1)
                 ax.annotate(r["kind"], (x, 0.02), xycoords=("data", "axes fraction"),
                             rotation=90, color="tab:red", fontsize=8, ha="right",
