@@ -246,3 +246,15 @@ def test_sweep_refuses_bad_flags_in_one_line(tmp_path):
                              env={**os.environ, "TRANSFORMER_JAX_TRACEBACK": ""})
         assert run.returncode != 0
         assert run.stderr.strip().splitlines()[-1].startswith(message), run.stderr[-500:]
+
+
+def test_a_workdir_of_another_architecture_is_not_resumed(tmp_path):
+    sweep = sweep_lib.load_experiment(str(HEADS))
+    workdir = tmp_path / "A_h4"
+    (workdir / "checkpoints").mkdir(parents=True)
+    other = config_lib.build("A_h4")
+    other.model.d_model = 256
+    (workdir / "config.json").write_text(other.to_json())
+    with pytest.raises(Exception, match=r"point A_h4: .*config.json has model.d_model=256 but "
+                                        r"the sweep asks for 512; use another --root"):
+        sweep_lib.run_sweep(sweep, str(tmp_path), "print")
