@@ -112,3 +112,48 @@ def test_command_line_errors_are_one_line(args, message):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(message)
+
+
+def test_attention_kernels_are_switches_on_the_base_model():
+    m = config_lib.build("base").model
+    assert (m.attention, m.num_kv_heads) == ("dense", 0)  # the paper's
+    assert config_lib.CHOICES["model.attention"] == ("dense", "blockwise", "local", "cudnn")
+    for kernel in config_lib.CHOICES["model.attention"]:
+        c = config_lib.build("base")
+        c.model.update(attention=kernel, num_kv_heads=2, block_size=128, local_window=32)
+        config_lib.validate(c)
+
+
+@pytest.mark.parametrize("changes,message", [
+    (dict(attention="flash"), "model.attention='flash' is not one of dense, blockwise, local"),
+    (dict(block_size=0), "model.block_size=0 must be an integer >= 1"),
+    (dict(local_window=0), "model.local_window=0 must be an integer >= 1"),
+    (dict(num_kv_heads=3), "model.num_kv_heads=3 must divide model.num_heads=8"),
+    (dict(num_kv_heads=-1), "model.num_kv_heads=-1 must be an integer >= 0"),
+    (dict(attention="blockwise", attention_dropout_rate=0.1),
+     "model.attention_dropout_rate=0.1 needs model.attention='dense'"),
+    (dict(attention="cudnn", d_v=32), "model.attention='cudnn' needs d_k == d_v, got 64 and 32"),
+])
+def test_attention_fields_are_checked(changes, message):
+    c = config_lib.build("base")
+    c.model.update(changes)
+    with pytest.raises(ConfigError, match=message):
+        config_lib.validate(c)
+
+
+def test_decoding_defaults_are_the_papers_and_bad_values_are_refused():
+    d = config_lib.build("base").decode
+    assert (d.strategy, d.beam_size, d.alpha, d.max_len_offset) == ("beam", 4, 0.6, 50)
+    assert (d.temperature, d.top_k, d.top_p) == (1.0, 0, 1.0)  # sampling filters off
+    for path, value, message in [
+        ("decode.strategy", "nucleus", "decode.strategy='nucleus' is not one of greedy, beam"),
+        ("decode.temperature", -1.0, r"decode.temperature=-1.0 must be a number in \[0.0"),
+        ("decode.top_p", 0.0, r"decode.top_p=0.0 must be a number in \(0.0, 1.0\]"),
+        ("decode.top_k", -1, "decode.top_k=-1 must be an integer >= 0"),
+        ("train.bleu_every", 100, "train.bleu_every=100 needs train.bleu_sentences >= 1"),
+    ]:
+        c = config_lib.build("base")
+        section, field = path.split(".")
+        c[section][field] = value
+        with pytest.raises(ConfigError, match=message):
+            config_lib.validate(c)

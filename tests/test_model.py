@@ -178,3 +178,84 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
     reference = Transformer(TINY).apply(variables, src, tgt)
     # bf16 keeps ~3 significant digits: close to float32, not equal.
     assert 0 < float(jnp.max(jnp.abs(logits - reference))) < 0.1
+
+
+# ----------------------------------------------------------------------------------------
+# Attention kernels (model.attention) and grouped key/value heads (model.num_kv_heads)
+
+
+@pytest.fixture(scope="module")
+def padded_batch_and_dense_logits():
+    model = Transformer(TINY)
+    variables = jax.jit(model.init)(jax.random.key(0), jnp.ones((2, 7), jnp.int32),
+                                    jnp.ones((2, 6), jnp.int32))
+    src = jnp.pad(random_tokens((2, 7), 17), ((0, 0), (0, 3)))
+    tgt = jnp.pad(random_tokens((2, 6), 18), ((0, 0), (0, 2)))
+    return variables, src, tgt, jax.jit(model.apply)(variables, src, tgt)
+
+
+@pytest.mark.parametrize("kernel", ["blockwise", "local", "cudnn"])
+def test_every_kernel_gives_the_dense_models_logits(kernel, padded_batch_and_dense_logits):
+    variables, src, tgt, dense_logits = padded_batch_and_dense_logits
+    # Local attention with r beyond the sentence length sees what dense attention sees.
+    other = Transformer(TINY.replace(attention=kernel, block_size=4, local_window=16))
+    np.testing.assert_allclose(jax.jit(other.apply)(variables, src, tgt)[:, :6],
+                               dense_logits[:, :6], atol=1e-5)
+
+
+def test_local_attention_restricts_what_the_encoder_sees():
+    # r = 1 and 2 layers: encoder position 0 sees positions 0..2, nothing beyond.
+    local = Transformer(TINY.replace(attention="local", local_window=1))
+    _, variables = init()
+    src = random_tokens((1, 9), 19)
+    encode = jax.jit(lambda s: local.apply(variables, s, method=Transformer.encode))
+    changed = encode(src.at[:, 3:].set(random_tokens((1, 6), 20)))
+    np.testing.assert_allclose(encode(src)[:, :1], changed[:, :1], atol=1e-6)
+    assert not np.allclose(encode(src)[:, 2], changed[:, 2])
+
+
+def test_weights_read_out_falls_back_to_the_dense_kernel():
+    model = Transformer(TINY.replace(attention="blockwise", block_size=4))
+    _, variables = init()
+    src, tgt = random_tokens((2, 7), 21), random_tokens((2, 6), 22)
+    logits, state = model.apply(variables, src, tgt, mutable=["intermediates"])
+    np.testing.assert_allclose(logits, jax.jit(model.apply)(variables, src, tgt), atol=1e-5)
+    weights = state["intermediates"]["encoder"]["layer_0"]["self_attention"]["attention_weights"]
+    assert weights[0].shape == (2, 4, 7, 7)
+
+
+@pytest.mark.parametrize("num_kv_heads", [0, 2, 1])
+def test_grouped_key_value_heads_shrink_the_decoding_cache(num_kv_heads):
+    from transformer_jax import decode  # decode only drives the model's own cache
+
+    config = TINY.replace(num_kv_heads=num_kv_heads)
+    src = random_tokens((2, 7), 23)
+    params = jax.eval_shape(lambda: Transformer(config).init(jax.random.key(0), src, src))
+    cache = jax.eval_shape(lambda p: decode.init_cache(
+        p, config, *decode.encode(p, config, src), max_len=12), params["params"])
+    layer = cache["decoder"]["layer_0"]
+    kv_heads = num_kv_heads or 4
+    # [b, max_len, h_kv, d_k]: 4 query heads share 4 (the paper's), 2 (grouped) or 1
+    # (multi-query) key/value heads; the cross-attention's [b, s, h_kv, d_k] likewise.
+    assert layer["self_attention"]["cached_key"].shape == (2, 12, kv_heads, 8)
+    assert layer["self_attention"]["cached_value"].shape == (2, 12, kv_heads, 8)
+    assert layer["cross_attention"]["cross_key"].shape == (2, 7, kv_heads, 8)
+    cache_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
+    counters = 2 * 4 + 4  # each layer's cache index and the position
+    assert cache_bytes - counters == 2 * 2 * (2 * 12 + 2 * 7) * kv_heads * 8 * 4
+    assert cache_bytes - counters == {4: 19_456, 2: 9_728, 1: 4_864}[kv_heads]
+
+
+def test_cached_decoding_with_local_multi_query_attention_matches_teacher_forcing():
+    from transformer_jax import decode
+
+    config = TINY.replace(num_kv_heads=1, attention="local", local_window=3)
+    model, variables = init(config)
+    src = random_tokens((2, 7), 24)
+    # Each step reads only the r + 1 cached keys in reach (the sliced path); teacher forcing
+    # runs the blocked path over the whole output at once. They must pick the same tokens.
+    out = decode.greedy_decode(variables["params"], src, config=config, max_len=12)
+    logits = jax.jit(model.apply)(variables, src, out, targets_segment_ids=jnp.ones_like(out))
+    for row, tokens in enumerate(np.asarray(out).tolist()):
+        end = tokens.index(1) + 1 if 1 in tokens else 12  # up to the first EOS (id 1)
+        np.testing.assert_array_equal(np.argmax(logits[row, :end], -1), tokens[:end])

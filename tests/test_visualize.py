@@ -47,7 +47,7 @@ def test_load_model_rebuilds_the_run(model):
 
 
 def test_load_model_names_what_is_missing(tmp_path):
-    with pytest.raises(UserError, match=r"config\.json: not found"):
+    with pytest.raises(UserError, match=r"config\.json: no such file"):
         visualize.load_model(tmp_path)
 
 
@@ -200,8 +200,8 @@ def test_command_translates_and_writes_the_page(run, tmp_path):
          "--src=The dog sleeps."], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1] == (
-        f"error: {tmp_path / 'none' / 'config.json'}: not found; is {tmp_path / 'none'} the "
-        "workdir of a training run?")
+        f"error: {tmp_path / 'none' / 'config.json'}: no such file; --workdir must be the "
+        "workdir of a training run")
 
 
 # ----------------------------------------------------------------------------------------

@@ -5,11 +5,27 @@ before the softmax. Masks are never passed around as n x n arrays: a kernel rece
 ids (0 marks padding; packed sequences get 1, 2, ...) and a causal flag, and builds the mask
 where it needs it, so XLA fuses it into the softmax.
 
-Shapes: b = batch, q = query length, k = key length, h = heads, d_k / d_v = head widths.
+Four kernels compute it (``model.attention`` picks one, :func:`attend` dispatches):
+
+* ``dense``: :func:`dot_product_attention`, the paper's: one n x n matrix per head, O(n^2)
+  memory. The only kernel that can hand back the attention weights.
+* ``blockwise``: :func:`blockwise_attention`, the same numbers without ever holding the n x n
+  matrix: an online softmax over blocks of keys, and a backward pass that recomputes each
+  block from the saved softmax statistics (FlashAttention's recipe), so memory is O(n d).
+* ``local``: :func:`local_attention`, the restricted self-attention of the paper's Table 1:
+  each query sees only the keys within distance r (causal: the r before it), O(r n d).
+* ``cudnn``: :func:`fused_attention`, ``jax.nn.dot_product_attention`` with cuDNN's fused
+  kernel on a GPU, XLA's elsewhere.
+
+Shapes: b = batch, q = query length, k = key length, h = heads, h_kv = key/value heads
+(h_kv < h: grouped queries), d_k / d_v = head widths.
 This module imports nothing else of the project.
 """
 
 from __future__ import annotations
+
+import functools
+import logging
 
 import jax
 import jax.numpy as jnp
@@ -76,3 +92,391 @@ def dot_product_attention(
         weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
     out = jnp.einsum("bhgqk,bkhd->bqhgd", weights.astype(v.dtype), v)
     return out.reshape(b, q_len, h, v.shape[-1]), shown
+
+
+KERNELS = ("dense", "blockwise", "local", "cudnn")
+
+_logged: set[str] = set()
+
+
+def log_once(message: str, level: int = logging.INFO) -> None:
+    """Logs ``message`` the first time only (kernels are traced once per layer and shape)."""
+    if message not in _logged:
+        _logged.add(message)
+        logging.getLogger(__name__).log(level, message)
+
+
+def band_mask(q_len: int, kv_len: int, window: int, q_offset: jax.Array | int = 0) -> jax.Array:
+    """Boolean mask [1, 1, q, k]: True where |query position - key position| <= ``window``.
+
+    ``make_mask(...) & band_mask(...)`` is the mask of restricted (local) self-attention;
+    with a causal ``make_mask`` each query keeps itself and the ``window`` keys before it.
+    """
+    q_pos = jnp.arange(q_len)[:, None] + q_offset
+    k_pos = jnp.arange(kv_len)[None, :]
+    return (jnp.abs(q_pos - k_pos) <= window)[None, None]
+
+
+def _allowed(q_seg: jax.Array, kv_seg: jax.Array, q_pos: jax.Array, k_pos: jax.Array,
+             causal: bool, window: int | None = None) -> jax.Array:
+    """The mask of :func:`make_mask` (and :func:`band_mask`) for one tile: [..., q, k].
+
+    Segment ids are [..., q] and [..., k]; positions broadcast against them.
+    """
+    allowed = (q_seg[..., :, None] == kv_seg[..., None, :]) & (kv_seg[..., None, :] != 0)
+    if causal:
+        allowed &= k_pos[..., None, :] <= q_pos[..., :, None]
+    if window is not None:
+        allowed &= jnp.abs(q_pos[..., :, None] - k_pos[..., None, :]) <= window
+    return allowed
+
+
+def _pad_axis1(x: jax.Array, before: int, after: int) -> jax.Array:
+    pad = [(0, 0)] * x.ndim
+    pad[1] = (before, after)
+    return jnp.pad(x, pad)  # zeros: padded keys get segment 0, i.e. masked
+
+
+# ----------------------------------------------------------------------------------------
+# Blockwise exact attention
+
+
+def blockwise_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    q_segment_ids: jax.Array,
+    kv_segment_ids: jax.Array,
+    *,
+    causal: bool = False,
+    q_offset: jax.Array | int = 0,
+    block_size: int = 256,
+) -> jax.Array:
+    """Exact softmax(Q K^T / sqrt(d_k)) V holding one block x block tile of Q K^T at a time.
+
+    Queries are taken ``block_size`` at a time; for each query block an online softmax runs
+    over key blocks, keeping only the running row maximum, row sum and weighted sum of values
+    (FlashAttention's forward). The backward pass is a custom VJP that recomputes each tile
+    from the saved row maxima and sums, so training memory is O(n d) instead of O(n^2). The
+    mask is :func:`make_mask`'s, built tile by tile; a fully masked (padding) query gets the same
+    uniform weights as in :func:`dot_product_attention`.
+
+    Args:
+      q: [b, q, h, d_k]; k: [b, k, h_kv, d_k]; v: [b, k, h_kv, d_v].
+      q_segment_ids: [b, q]; kv_segment_ids: [b, k] (0 = padding).
+      causal, q_offset: as in :func:`make_mask` (``q_offset`` may be traced: decoding).
+      block_size: rows and columns of one tile; lengths are padded up to a multiple.
+
+    Returns:
+      [b, q, h, d_v] outputs, in v's dtype.
+    """
+    nq, nk = q.shape[1], k.shape[1]
+    bq, bk = min(block_size, nq), min(block_size, nk)
+    pad_q, pad_k = -nq % bq, -nk % bk
+    q_pos = jnp.arange(nq + pad_q, dtype=jnp.int32) + jnp.asarray(q_offset, jnp.int32)
+    out = _blockwise(_pad_axis1(q, 0, pad_q), _pad_axis1(k, 0, pad_k), _pad_axis1(v, 0, pad_k),
+                     _pad_axis1(q_segment_ids, 0, pad_q), _pad_axis1(kv_segment_ids, 0, pad_k),
+                     q_pos, causal, bq, bk, nk)
+    return out[:, :nq]
+
+
+def _blocks(x: jax.Array, size: int) -> jax.Array:
+    """[b, n, ...] -> [n / size, b, size, ...]: the block index leads, for lax.scan."""
+    b, n = x.shape[:2]
+    return jnp.moveaxis(x.reshape(b, n // size, size, *x.shape[2:]), 1, 0)
+
+
+def _unblocks(x: jax.Array) -> jax.Array:
+    """Inverse of :func:`_blocks`."""
+    nb, b, size = x.shape[:3]
+    return jnp.moveaxis(x, 0, 1).reshape(b, nb * size, *x.shape[3:])
+
+
+def _tile_logits(qs: jax.Array, k: jax.Array, q_seg: jax.Array, kv_seg: jax.Array,
+                 q_pos: jax.Array, k_pos: jax.Array, causal: bool,
+                 n_keys: int) -> tuple[jax.Array, jax.Array]:
+    """Masked logits [b, h_kv, g, bq, bk] of one tile, and its mask [b, 1, 1, bq, bk].
+
+    ``qs`` [b, bq, h_kv, g, d_k] is already scaled by 1/sqrt(d_k). Keys past ``n_keys`` exist
+    only to fill the last block: they get -inf, so that even a padding query, which sees no
+    key, spreads its weight over the real keys alone, as the dense kernel does.
+    """
+    logits = jnp.einsum("bqhgd,bkhd->bhgqk", qs, k, preferred_element_type=jnp.float32)
+    allowed = _allowed(q_seg, kv_seg, q_pos, k_pos, causal)[:, None, None]
+    logits = jnp.where(allowed, logits, MASK_VALUE)
+    if n_keys % k.shape[1]:  # only when the last block is padded
+        logits = jnp.where(k_pos < n_keys, logits, -jnp.inf)
+    return logits, allowed
+
+
+def _scaled_groups(q: jax.Array, h_kv: int) -> jax.Array:
+    """[b, q, h, d_k] -> [b, q, h_kv, g, d_k] times 1/sqrt(d_k), as the dense kernel scales."""
+    b, n, h, d_k = q.shape
+    return q.reshape(b, n, h_kv, h // h_kv, d_k) * jnp.asarray(d_k ** -0.5, q.dtype)
+
+
+def _blockwise_forward(q, k, v, q_seg, kv_seg, q_pos, causal, bq, bk, n_keys):
+    """Outputs [b, q, h, d_v] and each query's softmax statistics (row maximum, 1 / row sum),
+    blocked: [q/bq, b, h_kv, g, bq] each.
+
+    Not the log-sum-exp alone: for a padding query every logit is MASK_VALUE, and in float32
+    MASK_VALUE + log(k) rounds back to MASK_VALUE, which would lose the 1/k of its weights.
+    """
+    b, nq, h, _ = q.shape
+    h_kv, d_v = k.shape[2], v.shape[-1]
+    stats_shape = (b, h_kv, h // h_kv, bq)
+    k_pos = jnp.arange(k.shape[1], dtype=jnp.int32)
+    key_blocks = (_blocks(k, bk), _blocks(v, bk), _blocks(kv_seg, bk), k_pos.reshape(-1, bk))
+
+    def query_block(args):
+        qs_i, q_seg_i, q_pos_i = args
+
+        def step(carry, key_block):
+            row_max, row_sum, acc = carry
+            k_j, v_j, kv_seg_j, k_pos_j = key_block
+            logits, _ = _tile_logits(qs_i, k_j, q_seg_i, kv_seg_j, q_pos_i, k_pos_j, causal,
+                                     n_keys)
+            new_max = jnp.maximum(row_max, logits.max(-1))
+            p = jnp.exp(logits - new_max[..., None])
+            rescale = jnp.exp(row_max - new_max)  # earlier blocks were summed at the old max
+            row_sum = row_sum * rescale + p.sum(-1)
+            acc = acc * rescale[..., None] + jnp.einsum(
+                "bhgqk,bkhd->bhgqd", p.astype(v.dtype), v_j, preferred_element_type=jnp.float32)
+            return (new_max, row_sum, acc), None
+
+        init = (jnp.full(stats_shape, -jnp.inf, jnp.float32),
+                jnp.zeros(stats_shape, jnp.float32),
+                jnp.zeros((*stats_shape, d_v), jnp.float32))
+        (row_max, row_sum, acc), _ = jax.lax.scan(step, init, key_blocks)
+        out = acc / row_sum[..., None]
+        return jnp.einsum("bhgqd->bqhgd", out), (row_max, 1.0 / row_sum)
+
+    out, stats = jax.lax.map(query_block, (_blocks(_scaled_groups(q, h_kv), bq),
+                                         _blocks(q_seg, bq), q_pos.reshape(-1, bq)))
+    return _unblocks(out).reshape(b, nq, h, d_v).astype(v.dtype), stats
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7, 8, 9))
+def _blockwise(q, k, v, q_seg, kv_seg, q_pos, causal, bq, bk, n_keys):
+    return _blockwise_forward(q, k, v, q_seg, kv_seg, q_pos, causal, bq, bk, n_keys)[0]
+
+
+def _blockwise_fwd(q, k, v, q_seg, kv_seg, q_pos, causal, bq, bk, n_keys):
+    out, stats = _blockwise_forward(q, k, v, q_seg, kv_seg, q_pos, causal, bq, bk, n_keys)
+    return out, (q, k, v, q_seg, kv_seg, q_pos, out, stats)
+
+
+def _blockwise_bwd(causal, bq, bk, n_keys, residuals, d_out):
+    """FlashAttention's backward: for each key block, sweep the query blocks, recomputing
+    the tile's weights P = exp(logits - row max) / row sum; then dV = P^T dO,
+    dS = P * (dO V^T - D) with D = rowsum(dO * O), dQ = dS K / sqrt(d_k), dK = dS^T Q / sqrt(d_k).
+
+    Memory: the saved inputs, outputs and statistics, O(n d), plus one tile at a time.
+    """
+    q, k, v, q_seg, kv_seg, q_pos, out, (row_max, inv_sum) = residuals
+    b, nq, h, width_k = q.shape
+    h_kv, width_v = k.shape[2], v.shape[-1]
+    g = h // h_kv
+    d_out = d_out.reshape(b, nq, h_kv, g, width_v)
+    delta = jnp.einsum("bqhgd,bqhgd->bhgq", d_out.astype(jnp.float32),
+                       out.reshape(b, nq, h_kv, g, width_v).astype(jnp.float32))
+    delta = jnp.moveaxis(delta.reshape(b, h_kv, g, nq // bq, bq), 3, 0)
+    query_blocks = (_blocks(_scaled_groups(q, h_kv), bq), _blocks(d_out, bq),
+                    _blocks(q_seg, bq), q_pos.reshape(-1, bq), row_max, inv_sum, delta)
+    k_pos = jnp.arange(k.shape[1], dtype=jnp.int32)
+    key_blocks = (_blocks(k, bk), _blocks(v, bk), _blocks(kv_seg, bk), k_pos.reshape(-1, bk))
+
+    def key_block(d_q, key_block):
+        k_j, v_j, kv_seg_j, k_pos_j = key_block
+
+        def step(carry, query_block):
+            d_k_j, d_v_j = carry
+            qs_i, d_out_i, q_seg_i, q_pos_i, max_i, inv_sum_i, delta_i = query_block
+            logits, allowed = _tile_logits(qs_i, k_j, q_seg_i, kv_seg_j, q_pos_i, k_pos_j,
+                                           causal, n_keys)
+            p = jnp.exp(logits - max_i[..., None]) * inv_sum_i[..., None]
+            d_v_j += jnp.einsum("bhgqk,bqhgd->bkhd", p.astype(d_out.dtype), d_out_i,
+                                preferred_element_type=jnp.float32)
+            d_p = jnp.einsum("bqhgd,bkhd->bhgqk", d_out_i, v_j,
+                             preferred_element_type=jnp.float32)
+            # Masked logits are constants (MASK_VALUE): no gradient reaches Q K^T there.
+            d_s = jnp.where(allowed, p * (d_p - delta_i[..., None]), 0.0)
+            d_k_j += jnp.einsum("bhgqk,bqhgd->bkhd", d_s, qs_i.astype(jnp.float32))
+            d_q_i = jnp.einsum("bhgqk,bkhd->bqhgd", d_s, k_j.astype(jnp.float32))
+            return (d_k_j, d_v_j), d_q_i
+
+        init = (jnp.zeros(k_j.shape, jnp.float32), jnp.zeros(v_j.shape, jnp.float32))
+        (d_k_j, d_v_j), d_q_blocks = jax.lax.scan(step, init, query_blocks)
+        return d_q + d_q_blocks, (d_k_j, d_v_j)
+
+    d_q0 = jnp.zeros((nq // bq, b, bq, h_kv, g, width_k), jnp.float32)
+    d_q, (d_k, d_v) = jax.lax.scan(key_block, d_q0, key_blocks)
+    d_q = _unblocks(d_q).reshape(b, nq, h, width_k) * (width_k ** -0.5)
+    return (d_q.astype(q.dtype), _unblocks(d_k).astype(k.dtype), _unblocks(d_v).astype(v.dtype),
+            None, None, None)
+
+
+_blockwise.defvjp(_blockwise_fwd, _blockwise_bwd)
+
+
+# ----------------------------------------------------------------------------------------
+# Restricted (local) self-attention
+
+
+def local_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    q_segment_ids: jax.Array,
+    kv_segment_ids: jax.Array,
+    *,
+    window: int,
+    causal: bool = False,
+    q_offset: jax.Array | int = 0,
+    block_size: int | None = None,
+) -> jax.Array:
+    """Self-attention restricted to a neighbourhood: query i sees keys j with |i - j| <= r.
+
+    The paper's Table 1, last row: O(r n d) work instead of O(n^2 d). With ``causal`` query i
+    sees keys i - r .. i. Equal, on every real query, to :func:`dot_product_attention` with
+    ``make_mask(...) & band_mask(..., window)``. (A padding query, which sees nothing, spreads
+    its weight over its neighbourhood rather than over every key.)
+
+    Queries are cut into blocks of ``block_size`` (default: r); each block attends to its own
+    key block and the ceil(r / block_size) blocks on either side (before it only, if causal),
+    so no more than about 3r keys per query are ever scored. When queries and keys are not
+    the same positions (decoding: q_len 1 against the cache at ``q_offset``), the keys within
+    reach of the queries are sliced out instead: O(r) per decoded token.
+
+    Args:
+      q: [b, q, h, d_k]; k: [b, k, h_kv, d_k]; v: [b, k, h_kv, d_v].
+      q_segment_ids: [b, q]; kv_segment_ids: [b, k] (0 = padding).
+      window: r >= 0.
+
+    Returns:
+      [b, q, h, d_v].
+    """
+    nq, nk = q.shape[1], k.shape[1]
+    if not (isinstance(q_offset, int) and q_offset == 0 and nq == nk):
+        return _local_sliced(q, k, v, q_segment_ids, kv_segment_ids, window, causal, q_offset)
+    b, _, h, d_k = q.shape
+    h_kv, d_v = k.shape[2], v.shape[-1]
+    size = max(1, min(block_size or window, nq))
+    reach = -(-window // size)  # neighbouring key blocks on each side
+    before, after = reach, 0 if causal else reach
+    nb = -(-nq // size)
+    tail = nb * size - nq
+
+    def windows(x: jax.Array) -> jax.Array:
+        """[b, n, ...] -> [b, nb, W, ...]: the keys each query block can reach, W = taps * size."""
+        x = _pad_axis1(x, before * size, tail + after * size)
+        x = x.reshape(b, nb + before + after, size, *x.shape[2:])
+        taps = [x[:, i:i + nb] for i in range(before + after + 1)]
+        return jnp.concatenate(taps, axis=2)
+
+    k_win, v_win, kv_seg_win = windows(k), windows(v), windows(kv_segment_ids)
+    width = k_win.shape[2]
+    q_pos = jnp.arange(nb * size).reshape(nb, size)
+    k_pos = (jnp.arange(nb)[:, None] - before) * size + jnp.arange(width)[None, :]
+    q_seg = _pad_axis1(q_segment_ids, 0, tail).reshape(b, nb, size)
+    allowed = _allowed(q_seg, kv_seg_win, q_pos, k_pos, causal, window)  # [b, nb, size, W]
+    out, _ = dot_product_attention(
+        _pad_axis1(q, 0, tail).reshape(b * nb, size, h, d_k),
+        k_win.reshape(b * nb, width, h_kv, d_k), v_win.reshape(b * nb, width, h_kv, d_v),
+        allowed.reshape(b * nb, 1, size, width))
+    return out.reshape(b, nb * size, h, d_v)[:, :nq]
+
+
+def _local_sliced(q, k, v, q_segment_ids, kv_segment_ids, window, causal, q_offset):
+    """Local attention for queries at q_offset .. q_offset + q - 1 (maybe traced): only the
+    q + 2r keys (q + r if causal) within reach are sliced out of k and v."""
+    nq, nk = q.shape[1], k.shape[1]
+    width = min(nq + (1 if causal else 2) * window, nk)
+    start = jnp.clip(jnp.asarray(q_offset) - window, 0, nk - width)
+    take = lambda x: jax.lax.dynamic_slice_in_dim(x, start, width, axis=1)  # noqa: E731
+    q_pos = jnp.arange(nq) + q_offset
+    k_pos = jnp.arange(width) + start
+    allowed = _allowed(q_segment_ids, take(kv_segment_ids), q_pos, k_pos, causal, window)
+    out, _ = dot_product_attention(q, take(k), take(v), allowed[:, None])
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# The fused kernel
+
+
+def fused_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    q_segment_ids: jax.Array,
+    kv_segment_ids: jax.Array,
+    *,
+    causal: bool = False,
+    q_offset: jax.Array | int = 0,
+) -> jax.Array:
+    """``jax.nn.dot_product_attention`` with cuDNN's fused (flash) kernel on a GPU.
+
+    cuDNN computes in float16/bfloat16 only: float32 inputs are cast to bfloat16 for the call
+    (logged once) and the output cast back. On any other backend the same call runs XLA's
+    implementation, after one log line saying so. The mask is :func:`make_mask`'s.
+
+    Args:
+      q: [b, q, h, d]; k, v: [b, k, h_kv, d] (cuDNN needs d_k == d_v).
+
+    Returns:
+      [b, q, h, d] in v's dtype.
+    """
+    if k.shape[-1] != v.shape[-1]:
+        raise ValueError(f"the cudnn kernel needs d_k == d_v, got {k.shape[-1]} and "
+                         f"{v.shape[-1]}")
+    mask = make_mask(q_segment_ids, kv_segment_ids, causal=causal, q_offset=q_offset)
+    if jax.default_backend() == "gpu":
+        implementation = "cudnn"
+        dtype = q.dtype
+        if dtype not in (jnp.bfloat16, jnp.float16):
+            log_once(f"attention 'cudnn': cuDNN computes in bfloat16; casting {dtype} "
+                     "queries, keys and values for the call")
+            dtype = jnp.bfloat16
+    else:
+        implementation, dtype = "xla", q.dtype
+        log_once(f"attention 'cudnn' needs a GPU; on {jax.default_backend()} it falls back to "
+                 "XLA's jax.nn.dot_product_attention", logging.WARNING)
+    out = jax.nn.dot_product_attention(q.astype(dtype), k.astype(dtype), v.astype(dtype),
+                                       mask=mask, implementation=implementation)
+    return out.astype(v.dtype)
+
+
+def attend(
+    kernel: str,
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    q_segment_ids: jax.Array,
+    kv_segment_ids: jax.Array,
+    *,
+    causal: bool = False,
+    q_offset: jax.Array | int = 0,
+    block_size: int = 256,
+    window: int = 128,
+) -> jax.Array:
+    """One of :data:`KERNELS` on [b, q, h, d_k], [b, k, h_kv, d_k], [b, k, h_kv, d_v] with
+    segment ids [b, q] and [b, k]; returns [b, q, h, d_v].
+
+    ``block_size`` is the blockwise kernel's tile; ``window`` is the local kernel's r (its
+    blocks are r long). No kernel but the dense one returns weights or applies dropout to
+    them: call :func:`dot_product_attention` for those.
+    """
+    if kernel == "dense":
+        mask = make_mask(q_segment_ids, kv_segment_ids, causal=causal, q_offset=q_offset)
+        return dot_product_attention(q, k, v, mask)[0]
+    if kernel == "blockwise":
+        return blockwise_attention(q, k, v, q_segment_ids, kv_segment_ids, causal=causal,
+                                   q_offset=q_offset, block_size=block_size)
+    if kernel == "local":
+        return local_attention(q, k, v, q_segment_ids, kv_segment_ids, window=window,
+                               causal=causal, q_offset=q_offset)
+    if kernel == "cudnn":
+        return fused_attention(q, k, v, q_segment_ids, kv_segment_ids, causal=causal,
+                               q_offset=q_offset)
+    raise ValueError(f"unknown attention kernel {kernel!r}; known: {', '.join(KERNELS)}")

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from absl import app, flags, logging as absl_logging
-from ml_collections import config_flags
+from ml_collections import ConfigDict, config_flags
 
 from transformer_jax.errors import UserError
 
@@ -37,6 +39,79 @@ def define_workdir_flag(required: bool = True) -> Any:
     return holder
 
 
+def define_overrides_flag() -> Any:
+    """``--config.FIELD=VALUE`` overrides of the config a workdir was trained with.
+
+    The flag is typed by the base config, so a misspelled field or a value of the wrong type
+    is refused while parsing; :func:`workdir_config` applies the overrides.
+    """
+    from transformer_jax import config as config_lib
+
+    try:
+        return config_flags.DEFINE_config_dict(
+            "config", config_lib.base_config(),
+            "Overrides of the workdir's config.json, e.g. --config.decode.beam_size=8.")
+    except (KeyError, AttributeError) as e:  # an unknown field, found as the flag is defined
+        if os.environ.get("TRANSFORMER_JAX_TRACEBACK"):
+            raise
+        print(f"error: {_one_line(e, sys.argv)}", file=sys.stderr)
+        sys.exit(2)
+
+
+def override_values(config_flag: Any) -> dict[str, Any]:
+    """The ``--config.FIELD=VALUE`` overrides given on the command line: {"FIELD": VALUE}."""
+    return dict(flags.FLAGS[config_flag.name].override_values)
+
+
+def workdir_config(workdir: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
+                   allowed: Sequence[str] = ()) -> ConfigDict:
+    """The config saved in ``<workdir>/config.json``, with ``overrides`` ({"decode.alpha":
+    1.0}, from :func:`override_values`) applied and validated.
+
+    ``allowed`` lists the fields (or whole sections, e.g. "decode") a command lets the user
+    change; the model and its training come from the workdir. Raises UserError naming the
+    file or the field.
+    """
+    from transformer_jax import config as config_lib
+
+    path = Path(workdir) / "config.json"
+    if not path.is_file():
+        raise UserError(f"{path}: no such file; --workdir must be the workdir of a training "
+                        "run")
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not a JSON config ({e})") from e
+    # Fields added since the run was started keep their defaults.
+    config = config_lib.base_config()
+    _merge(config, saved, str(path))
+    for field, value in (overrides or {}).items():
+        if not any(field == a or field.startswith(a + ".") for a in allowed):
+            names = ", ".join(f"--config.{a}" + ("" if "." in a else ".*") for a in allowed)
+            raise UserError(f"--config.{field}: only {names} may be set here; the rest comes "
+                            f"from {path}")
+        _merge(config, {field.split(".")[0]: _nest(field.split(".")[1:], value)},
+               "--config")
+    return config_lib.validate(config)
+
+
+def _nest(path: list[str], value: Any) -> Any:
+    return {path[0]: _nest(path[1:], value)} if path else value
+
+
+def _merge(config: ConfigDict, values: dict[str, Any], origin: str, prefix: str = "") -> None:
+    for key, value in values.items():
+        if isinstance(value, dict):
+            if key not in config:
+                config[key] = ConfigDict()
+            _merge(config[key], value, origin, f"{prefix}{key}.")
+            continue
+        try:
+            config[key] = value
+        except TypeError as e:
+            raise UserError(f"{origin}: {prefix}{key}={value!r}: {e}") from e
+
+
 def no_extra_args(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -44,11 +119,12 @@ def no_extra_args(argv: list[str]) -> None:
 
 def setup_logging() -> None:
     """Plain timestamped lines on stderr; the libraries' own chatter quieted."""
+    # Quieted first: absl announces use_python_logging() at INFO when called again.
+    for noisy in ("absl", "jax", "orbax", "etils", "tensorflow_datasets", "grain"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     absl_logging.use_python_logging()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S",
                         stream=sys.stderr, force=True)
-    for noisy in ("absl", "jax", "orbax", "etils", "tensorflow_datasets", "grain"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 @contextlib.contextmanager
@@ -104,6 +180,11 @@ def _one_line(e: BaseException, argv: list[str]) -> str:
 
 
 def run(main: Callable[[list[str]], None]) -> None:
-    """``absl.app.run`` with one-line errors for bad flags and the project's logging."""
-    setup_logging()
-    app.run(main, flags_parser=_parse_flags)
+    """``absl.app.run`` with one-line errors for bad flags and the project's logging (set up
+    once absl has started, which installs its own handler)."""
+
+    def with_logging(argv: list[str]) -> None:
+        setup_logging()
+        main(argv)
+
+    app.run(with_logging, flags_parser=_parse_flags)

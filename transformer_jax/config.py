@@ -58,11 +58,11 @@ DATASETS = ("builtin", "wmt14_ende", "wmt14_enfr", "text")
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.positions": ("sinusoidal", "learned"),
     "model.norm": ("post", "pre"),
-    "model.attention": ("dense",),
+    "model.attention": ("dense", "blockwise", "local", "cudnn"),
     "model.dtype": ("float32", "bfloat16"),
     "data.name": DATASETS,
     "train.parallel": ("pmap", "sharded"),
-    "decode.strategy": ("greedy", "beam"),
+    "decode.strategy": ("greedy", "beam", "sample"),
 }
 
 
@@ -77,6 +77,7 @@ def base_config() -> ml_collections.ConfigDict:
     m.d_model = 512
     m.d_ff = 2048
     m.num_heads = 8  # h
+    m.num_kv_heads = 0  # key/value heads; 0: num_heads (the paper's); 1: multi-query
     m.d_k = 0  # 0: derived as d_model // num_heads
     m.d_v = 0  # 0: derived as d_model // num_heads
     m.dropout_rate = 0.1  # P_drop: sub-layer outputs and embedding + position sums
@@ -86,7 +87,12 @@ def base_config() -> ml_collections.ConfigDict:
     m.positions = "sinusoidal"  # or "learned" (Table 3 row E)
     m.norm = "post"  # the paper's LayerNorm(x + Sublayer(x)); "pre" is LayerNorm first
     m.max_len = 512  # positions table size; longest sequence the model accepts
+    # The attention kernel. "dense" is the paper's; "blockwise" gives the same numbers in
+    # O(n) memory; "local" restricts self-attention to a neighbourhood of local_window
+    # (Table 1's last row); "cudnn" is the fused GPU kernel. See transformer_jax/attention.py.
     m.attention = "dense"
+    m.block_size = 256  # the blockwise kernel's tile; of 128, 256, 512 the fastest on CPU
+    m.local_window = 128  # r: a query sees keys at most r positions away (causal: r before)
     m.dtype = "float32"  # compute dtype: "bfloat16" for mixed precision (params stay float32)
     m.remat = False  # recompute activations in the backward pass to save memory
 
@@ -103,6 +109,9 @@ def base_config() -> ml_collections.ConfigDict:
     d.max_len = 256  # tokens per sentence; longer pairs are counted and skipped
     d.tokens_per_batch = 25_000  # per side, per optimizer step, summed over devices
     d.packing = True
+    # The data is read in this many shards (0: one per process). The batches depend on it, not
+    # on the number of processes: set it to compare runs with different process counts.
+    d.num_shards = 0
     d.shuffle_seed = 0
 
     c.optim = o = ml_collections.ConfigDict()
@@ -128,18 +137,26 @@ def base_config() -> ml_collections.ConfigDict:
     t.peak_flops = 0.0  # per device, for MFU; 0 = known accelerator's or a CPU matmul probe
     t.profile_steps = 0  # > 0: write a profiler trace of this many steps to <workdir>/profile
     t.profile_start = 10  # first step traced (after compilation)
-    t.bleu_sentences = 0  # sentences decoded for BLEU at the end of training (0: none)
+    # Sentences decoded for BLEU: of the validation split every bleu_every steps, and of the
+    # test split at the end of training (0: none).
+    t.bleu_sentences = 0
+    t.bleu_every = 0  # steps between validation BLEU evaluations; 0: never during training
     t.samples = 0  # sample translations printed at the end of training
     # Indices into the test split: attention pictures of these sentences are written to
     # <workdir>/pictures at the end of training (visualize.py); () writes none.
     t.visualize_sentences = ()
 
     c.decode = dc = ml_collections.ConfigDict()
-    dc.strategy = "beam"
+    dc.strategy = "beam"  # or "greedy", or "sample" (not in the paper)
     dc.beam_size = 4
     dc.alpha = 0.6  # GNMT length penalty ((5 + len) / 6) ** alpha
     dc.max_len_offset = 50  # maximum output length = input length + 50
-    dc.batch_size = 64
+    # Sampling (strategy="sample"): temperature 0 is greedy; top_k 0 and top_p 1 are off.
+    dc.temperature = 1.0
+    dc.top_k = 0
+    dc.top_p = 1.0
+    dc.seed = 0
+    dc.batch_size = 64  # sentences per decoding batch (times beam_size hypotheses)
     return c
 
 
@@ -221,6 +238,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     """Checks every field the code relies on; returns ``c`` or raises ConfigError."""
     positive_ints = [
         "model.num_layers", "model.d_model", "model.d_ff", "model.num_heads", "model.max_len",
+        "model.block_size", "model.local_window",
         "data.vocab_size", "data.max_len", "data.tokens_per_batch", "data.vocab_sample",
         "optim.warmup_steps", "optim.grad_accum_steps", "train.num_steps", "train.log_every",
         "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
@@ -228,9 +246,10 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     ]
     for path in positive_ints:
         _check_int(c, path, low=1)
-    for path in ["model.d_k", "model.d_v", "train.eval_batches", "train.bleu_sentences",
-                 "train.samples", "decode.max_len_offset", "train.seed", "data.shuffle_seed",
-                 "train.devices", "train.profile_steps", "train.profile_start"]:
+    for path in ["model.d_k", "model.d_v", "model.num_kv_heads", "train.eval_batches",
+                 "train.bleu_sentences", "train.samples", "decode.max_len_offset", "train.seed",
+                 "data.shuffle_seed", "data.num_shards", "train.devices", "train.profile_steps",
+                 "train.profile_start", "train.bleu_every", "decode.top_k", "decode.seed"]:
         _check_int(c, path, low=0)
     sentences = c.train.visualize_sentences
     if not isinstance(sentences, tuple | list) or not all(
@@ -244,6 +263,10 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
                 f"model.num_heads={m.num_heads} must divide model.d_model={m.d_model} "
                 f"when model.{field} is derived (0); set model.{field} explicitly or change "
                 "num_heads")
+    if m.num_kv_heads and m.num_heads % m.num_kv_heads:
+        raise ConfigError(f"model.num_kv_heads={m.num_kv_heads} must divide "
+                          f"model.num_heads={m.num_heads} (each key/value head serves a group "
+                          "of query heads)")
     for path in ["model.dropout_rate", "model.attention_dropout_rate"]:
         _check_float(c, path, 0.0, 1.0, high_open=True)
     _check_float(c, "train.label_smoothing", 0.0, 1.0, high_open=True)
@@ -257,18 +280,49 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if c.train.model_parallel > 1 and c.train.parallel != "sharded":
         raise ConfigError(f"train.model_parallel={c.train.model_parallel} needs "
                           "train.parallel='sharded'")
+    _check_float(c, "decode.temperature", 0.0, math.inf)
+    _check_float(c, "decode.top_p", 0.0, 1.0, low_open=True)
+    if c.train.bleu_every and not c.train.bleu_sentences:
+        raise ConfigError(f"train.bleu_every={c.train.bleu_every} needs train.bleu_sentences "
+                          ">= 1 (the validation sentences to decode)")
     for path, choices in CHOICES.items():
         value = _get(c, path)
         if value not in choices:
             raise ConfigError(f"{path}={value!r} is not one of {', '.join(choices)}")
+    if m.attention != "dense" and m.attention_dropout_rate > 0:
+        raise ConfigError(f"model.attention_dropout_rate={m.attention_dropout_rate} needs "
+                          f"model.attention='dense'; the {m.attention!r} kernel has no dropout "
+                          "on attention weights")
+    if m.attention == "cudnn" and derived_dims(m)[0] != derived_dims(m)[1]:
+        raise ConfigError(f"model.attention='cudnn' needs d_k == d_v, got "
+                          f"{derived_dims(m)[0]} and {derived_dims(m)[1]}")
     if c.data.max_len > m.max_len:
         raise ConfigError(
             f"data.max_len={c.data.max_len} exceeds model.max_len={m.max_len}; the model "
             "has no positions beyond model.max_len")
-    if c.data.name == "text" and not c.data.train_files:
-        raise ConfigError("data.train_files is empty; data.name='text' needs "
-                          "'source.txt,target.txt' or 'pairs.tsv'")
+    if c.data.name == "text":
+        _check_text_files(c)
     return c
+
+
+def _check_text_files(c: ml_collections.ConfigDict) -> None:
+    """data.name='text' reads train and eval files, and test files when decoding at the end."""
+    decodes = bool(c.train.bleu_sentences or c.train.samples)
+    for field, needed in [("train_files", True), ("eval_files", True), ("test_files", decodes)]:
+        value = c.data[field]
+        if not isinstance(value, str):
+            raise ConfigError(f"data.{field}={value!r} must be a string")
+        if not value.strip():
+            if needed:
+                why = (" (for train.bleu_sentences and train.samples; set both to 0 to go "
+                       "without)" if field == "test_files" else "")
+                raise ConfigError(f"data.{field} is empty; data.name='text' needs "
+                                  f"'source.txt,target.txt' or 'pairs.tsv'{why}")
+            continue
+        parts = value.split(",")
+        if len(parts) > 2 or not all(p.strip() for p in parts):
+            raise ConfigError(f"data.{field}={value!r} must be 'source.txt,target.txt' "
+                              "or 'pairs.tsv'")
 
 
 def _check_int(c: ml_collections.ConfigDict, path: str, low: int) -> None:

@@ -41,6 +41,9 @@ class TransformerConfig:
     d_k: int = 64
     d_v: int = 64
     num_kv_heads: int = 0  # 0: one key/value head per query head (the paper's)
+    attention: str = "dense"  # the kernel: dense, blockwise, local or cudnn (attention.py)
+    block_size: int = 256  # the blockwise kernel's tile
+    local_window: int = 128  # r of local self-attention: each query sees keys within r
     dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.0
     share_embeddings: bool = True
@@ -68,7 +71,9 @@ class TransformerConfig:
         return cls(
             vocab_size=vocab_size, num_layers=m.num_layers, d_model=m.d_model, d_ff=m.d_ff,
             num_heads=m.num_heads, d_k=d_k, d_v=d_v,
-            num_kv_heads=m.get("num_kv_heads", 0), dropout_rate=m.dropout_rate,
+            num_kv_heads=m.get("num_kv_heads", 0), attention=m.get("attention", "dense"),
+            block_size=m.get("block_size", 256), local_window=m.get("local_window", 128),
+            dropout_rate=m.dropout_rate,
             attention_dropout_rate=m.attention_dropout_rate,
             share_embeddings=m.share_embeddings, positions=m.positions, norm=m.norm,
             max_len=m.max_len, dtype=jnp.dtype(m.dtype), remat=m.get("remat", False))
@@ -179,6 +184,9 @@ class MultiHeadAttention(nn.Module):
     a row, which the softmax ignores, so its gradient is zero and Adam would only amplify
     rounding noise. In decode mode "causal" keeps its keys and values in the ``cache``
     collection and "cross" computes the encoder's keys and values once per sentence.
+    ``config.attention`` picks the kernel; only the dense one yields weights, so a call that
+    reads them out (``intermediates`` mutable) runs the dense kernel, with the band mask of
+    local attention where that applies: the same outputs, plus the weights.
     """
 
     config: TransformerConfig
@@ -205,14 +213,34 @@ class MultiHeadAttention(nn.Module):
         q_offset = 0
         if cfg.decode and self.kind == "causal":
             k, v, q_offset, kv_segment_ids = self._update_cache(k, v, segment_ids)
-        mask = attention.make_mask(segment_ids, kv_segment_ids, causal=self.kind == "causal",
-                                   q_offset=q_offset)
-        dropout_rng = None
-        if not cfg.deterministic and cfg.attention_dropout_rate > 0:
-            dropout_rng = self.make_rng("dropout")
-        out, weights = attention.dot_product_attention(
-            q, k, v, mask, dropout_rate=cfg.attention_dropout_rate, dropout_rng=dropout_rng,
-            return_weights=self.is_mutable_collection("intermediates"))
+        causal = self.kind == "causal"
+        # Local attention restricts self-attention only; cross-attention runs blockwise, so
+        # that no layer holds a t x s matrix either.
+        local = cfg.attention == "local" and self.kind != "cross"
+        kernel = "blockwise" if cfg.attention == "local" and not local else cfg.attention
+        return_weights = self.is_mutable_collection("intermediates")
+        if kernel != "dense" and return_weights:
+            attention.log_once(f"attention weights asked for: the {cfg.attention!r} kernel has "
+                               "none, so the dense kernel computes them (same outputs)")
+            kernel = "dense"
+        if kernel == "dense":
+            mask = attention.make_mask(segment_ids, kv_segment_ids, causal=causal,
+                                       q_offset=q_offset)
+            if local:
+                mask = mask & attention.band_mask(q_len, k.shape[1], cfg.local_window, q_offset)
+            dropout_rng = None
+            if not cfg.deterministic and cfg.attention_dropout_rate > 0:
+                dropout_rng = self.make_rng("dropout")
+            out, weights = attention.dot_product_attention(
+                q, k, v, mask, dropout_rate=cfg.attention_dropout_rate,
+                dropout_rng=dropout_rng, return_weights=return_weights)
+        else:
+            if not cfg.deterministic and cfg.attention_dropout_rate > 0:
+                raise ValueError(f"attention_dropout_rate={cfg.attention_dropout_rate} needs "
+                                 f"the dense kernel; the {kernel!r} kernel has no dropout")
+            out, weights = attention.attend(
+                kernel, q, k, v, segment_ids, kv_segment_ids, causal=causal, q_offset=q_offset,
+                block_size=cfg.block_size, window=cfg.local_window), None
         if weights is not None:
             self.sow("intermediates", "attention_weights", weights)
         return nn.Dense(cfg.d_model, dtype=cfg.dtype, kernel_init=nn.initializers.xavier_uniform(),

@@ -26,6 +26,7 @@ from flax.training import train_state
 from transformer_jax import (
     checkpoints,
     config as config_lib,
+    decode,
     evaluate,
     hardware,
     parallel,
@@ -34,6 +35,12 @@ from transformer_jax import (
 from transformer_jax.data import pipeline, sources, tokenizer as tokenizer_lib
 from transformer_jax.errors import UserError
 from transformer_jax.logs import MetricWriter
+from transformer_jax.losses import (
+    collectives,
+    eval_step,
+    label_smoothed_cross_entropy,
+    model_inputs,
+)
 from transformer_jax.model import Transformer, TransformerConfig
 
 # ----------------------------------------------------------------------------------------
@@ -65,49 +72,12 @@ def make_optimizer(optim: ml_collections.ConfigDict,
     return tx
 
 
-def label_smoothed_cross_entropy(logits: jax.Array, targets: jax.Array, weights: jax.Array,
-                                 label_smoothing: float) -> tuple[jax.Array, jax.Array]:
-    """Sums over tokens of the smoothed cross-entropy and of the plain NLL.
-
-    The smoothed target puts 1 - eps + eps/V on the right token and eps/V on every token
-    (V = 5, eps = 0.1 gives [0.92, 0.02, 0.02, 0.02, 0.02]). Computed from log-softmax
-    without a one-hot [b, t, V] array.
-
-    Args:
-      logits: [b, t, V]; targets: [b, t] ids; weights: [b, t], 0 for padding.
-    Returns:
-      (sum of smoothed cross-entropy, sum of NLL), each a scalar.
-    """
-    vocab = logits.shape[-1]
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
-    nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
-    off = label_smoothing / vocab
-    loss = (1.0 - label_smoothing) * nll - off * jnp.sum(log_probs, axis=-1)
-    return jnp.sum(loss * weights), jnp.sum(nll * weights)
-
-
 # ----------------------------------------------------------------------------------------
 # Train state and steps
 
 
 class TrainState(train_state.TrainState):
     """Params, optimizer state and step (the number of micro-batches seen)."""
-
-
-def model_inputs(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
-    keys = ("inputs", "targets", "inputs_segment_ids", "targets_segment_ids",
-            "inputs_positions", "targets_positions")
-    return {k: batch[k] for k in keys}
-
-
-def _collectives(axis_name: str | None) -> tuple[Callable, Callable, int, Any]:
-    """(sum over devices, mean over devices, device count, device index); identities when the
-    step sees the global batch (jit over a mesh)."""
-    if axis_name is None:
-        return (lambda x: x), (lambda x: x), 1, 0
-    return (functools.partial(jax.lax.psum, axis_name=axis_name),
-            functools.partial(jax.lax.pmean, axis_name=axis_name),
-            jax.lax.psum(1, axis_name), jax.lax.axis_index(axis_name))
 
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_key: jax.Array, *,
@@ -121,7 +91,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_key: jax.
     the result equals the single-device step on the whole batch. Without, it is written for
     the global batch and run by ``jit`` over a mesh.
     """
-    psum, pmean, num_devices, device_index = _collectives(axis_name)
+    psum, pmean, num_devices, device_index = collectives(axis_name)
     step_key = jax.random.fold_in(jax.random.fold_in(dropout_key, state.step), device_index)
     weights = (batch["targets_segment_ids"] > 0).astype(jnp.float32)
     global_tokens = psum(jnp.sum(weights))
@@ -145,17 +115,6 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_key: jax.
         "learning_rate": schedule(state.step // grad_accum_steps),
     }
     return new_state, metrics
-
-
-def eval_step(params: Any, batch: dict[str, jax.Array], *, model: Transformer,
-              label_smoothing: float, axis_name: str | None = None) -> dict[str, jax.Array]:
-    """Summed loss, NLL and token count of one batch (over all devices)."""
-    psum = _collectives(axis_name)[0]
-    weights = (batch["targets_segment_ids"] > 0).astype(jnp.float32)
-    logits = model.apply({"params": params}, **model_inputs(batch))
-    loss_sum, nll_sum = label_smoothed_cross_entropy(logits, batch["targets"], weights,
-                                                     label_smoothing)
-    return psum({"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": jnp.sum(weights)})
 
 
 def init_params(model_config: TransformerConfig, key: jax.Array) -> Any:
@@ -224,22 +183,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     workdir = Path(workdir)
     _check_workdir(workdir)
     is_chief = jax.process_index() == 0
-    writer = MetricWriter(workdir, enabled=is_chief)
     accum = config.optim.grad_accum_steps
+    num_devices = len(parallel.local_devices(config.train.devices))
+    global_devices = num_devices * jax.process_count()
 
     # Data and vocabulary.
-    train_source = sources.get_source(config.data, "train")
-    sample = tokenizer_lib.sample_text(
-        (train_source[i] for i in range(len(train_source))), config.data.vocab_sample)
-    tokenizer = tokenizer_lib.load_or_train(workdir, sample, config.data.vocab_size, is_chief)
-    global_devices = (len(parallel.local_devices(config.train.devices)) *
-                      jax.process_count())
-    rows = pipeline.rows_per_batch(config.data.tokens_per_batch // accum, config.data.max_len,
-                                   global_devices)
-    data = pipeline.train_data(
-        train_source, tokenizer, max_len=config.data.max_len, rows=rows // jax.process_count(),
-        seed=config.data.shuffle_seed, packing=config.data.packing,
-        process_index=jax.process_index(), process_count=jax.process_count())
+    tokenizer, data, rows, _ = pipeline.data_for(config, workdir, num_devices)
+    writer = MetricWriter(workdir, enabled=is_chief)
 
     # Model, state and the compiled steps.
     model_config = TransformerConfig.from_config(config.model, tokenizer.vocab_size)
@@ -287,8 +237,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
             eval_batches = pipeline.eval_batches(
                 eval_source, tokenizer, max_len=config.data.max_len, rows=rows,
                 max_batches=config.train.eval_batches)
-            final = evaluate_loss(executor, state, eval_batches)
+            final = evaluate_loss(executor, state, (
+                pipeline.process_rows(b, jax.process_index(), jax.process_count())
+                for b in eval_batches))
             writer.write("eval", step // accum, final)
+        if config.train.bleu_every and step % (config.train.bleu_every * accum) == 0:
+            writer.write("eval", step // accum, _validation_bleu(
+                config, model_config, executor.params(state), tokenizer, eval_source))
         if step % (config.train.checkpoint_every * accum) == 0 or last:
             meta = {"step": step, "vocab_size": tokenizer.vocab_size,
                     "skipped_long_pairs": data.length_filter.skipped}
@@ -381,24 +336,35 @@ class Profile:
                          self.directory)
 
 
+def _validation_bleu(config: ml_collections.ConfigDict, model_config: TransformerConfig,
+                     params: Any, tokenizer: tokenizer_lib.Tokenizer,
+                     source: Any) -> dict[str, float]:
+    """sacreBLEU of the first ``train.bleu_sentences`` of the validation split, decoded as
+    ``config.decode`` says."""
+    pairs = [source[i] for i in range(min(config.train.bleu_sentences, len(source)))]
+    hyps = evaluate.translate(params, model_config, tokenizer, [s for s, _ in pairs],
+                              decode.DecodeConfig.from_config(config.decode))
+    return {"bleu": evaluate.bleu(hyps, [t for _, t in pairs])[0]}
+
+
 def _final_translations(config: ml_collections.ConfigDict, model_config: TransformerConfig,
                         params: Any, tokenizer: tokenizer_lib.Tokenizer, writer: MetricWriter,
                         step: int) -> dict[str, Any]:
-    """Greedy-decodes the first sentences of the test split: BLEU and a few samples."""
+    """Decodes the first sentences of the test split: BLEU and a few samples."""
     test = sources.get_source(config.data, "test")
     n = min(max(config.train.bleu_sentences, config.train.samples), len(test))
     pairs = [test[i] for i in range(n)]
     start = time.time()
-    hyps = evaluate.translate(params, model_config, tokenizer, [s for s, _ in pairs],
-                              batch_size=config.decode.batch_size,
-                              max_len_offset=config.decode.max_len_offset)
+    decoding = decode.DecodeConfig.from_config(config.decode)
+    hyps = evaluate.translate(params, model_config, tokenizer, [s for s, _ in pairs], decoding)
     result: dict[str, Any] = {}
     if config.train.bleu_sentences:
         score, signature = evaluate.bleu(hyps, [t for _, t in pairs])
         result = {"test_bleu": score, "bleu_signature": signature, "bleu_sentences": n}
         writer.write("test", step, {"bleu": score})
-        logging.info("test BLEU %.2f on %d sentences (greedy, %.1fs)  %s", score, n,
-                     time.time() - start, signature)
+        logging.info("test BLEU %.2f on %d sentences (%s, %.1fs)  %s", score, n,
+                     evaluate.describe(dataclasses.asdict(decoding)), time.time() - start,
+                     signature)
     for (src, ref), hyp in list(zip(pairs, hyps, strict=True))[: config.train.samples]:
         writer.sample(src, ref, hyp)
     return result

@@ -45,10 +45,9 @@ import ml_collections
 import numpy as np
 from matplotlib.figure import Figure
 
-from transformer_jax import attention, cli, config as config_lib, evaluate, params
-from transformer_jax.checkpoints import Checkpoints
+from transformer_jax import attention, cli, config as config_lib, decode, evaluate, params
 from transformer_jax.data import sources
-from transformer_jax.data.tokenizer import MODEL_NAME, Tokenizer
+from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.errors import DataError, UserError
 from transformer_jax.model import Transformer, TransformerConfig, sinusoidal_positions
 
@@ -84,42 +83,10 @@ class LoadedModel:
 def load_model(workdir: str | os.PathLike) -> LoadedModel:
     """Rebuilds the model of ``workdir`` (config.json + the checkpoint's vocabulary size) and
     restores the latest checkpoint's parameters."""
-    workdir = Path(workdir)
-    config_path, vocab_path = workdir / "config.json", workdir / "vocab" / MODEL_NAME
-    for path in (config_path, vocab_path):
-        if not path.is_file():
-            raise UserError(f"{path}: not found; is {workdir} the workdir of a training run?")
-    try:
-        config = ml_collections.ConfigDict(json.loads(config_path.read_text()))
-    except json.JSONDecodeError as e:
-        raise DataError(f"{config_path}: line {e.lineno}: not valid JSON ({e.msg})") from e
-    if not (workdir / "checkpoints").is_dir():
-        raise UserError(f"{workdir / 'checkpoints'}: not found; the run saved no checkpoint")
-    ckpts = Checkpoints(workdir, keep=max(config.train.keep_checkpoints, 1))
-    step = ckpts.latest_step()
-    if step is None:
-        raise UserError(f"{workdir / 'checkpoints'}: no complete checkpoint")
-    # Reading one item of a checkpoint makes orbax warn about each item left unread.
-    quiet = _DropMessages("was found in the checkpoint, but could not be restored")
-    logging.getLogger("absl").addFilter(quiet)
-    try:
-        vocab_size = int(ckpts.read_meta(step)["vocab_size"])
-        model_config = TransformerConfig.from_config(config.model, vocab_size).replace(
-            deterministic=True)
-        restored = ckpts.restore_params(step, params.param_shapes(model_config))
-    finally:
-        logging.getLogger("absl").removeFilter(quiet)
-        ckpts.close()
-    return LoadedModel(config, model_config, restored, Tokenizer(vocab_path), step)
-
-
-class _DropMessages(logging.Filter):
-    def __init__(self, text: str):
-        super().__init__()
-        self.text = text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return self.text not in record.getMessage()
+    config = cli.workdir_config(workdir)
+    loaded = evaluate.load_workdir(workdir, config)
+    return LoadedModel(config, loaded.model_config.replace(deterministic=True), loaded.params,
+                       loaded.tokenizer, loaded.steps[-1])
 
 
 @functools.partial(jax.jit, static_argnames=("model_config",))
@@ -488,9 +455,9 @@ def write_pictures(out: str | os.PathLike, model: LoadedModel, source: str,
     if not source.strip():
         raise UserError("--src is empty; give a sentence to run through the model")
     if target is None:
+        decoding = decode.DecodeConfig.from_config(model.config.decode).replace(batch_size=1)
         target = evaluate.translate(model.params, model.model_config, model.tokenizer,
-                                    [source], batch_size=1,
-                                    max_len_offset=model.config.decode.max_len_offset)[0]
+                                    [source], decoding)[0]
         logging.info("translation: %s", target)
     extras = write_model_pictures(out, model.model_config, measured_file)
     sentence = read_sentence(model.params, model.model_config, model.tokenizer, source, target)
@@ -509,9 +476,10 @@ def write_run_pictures(config: ml_collections.ConfigDict, model_config: Transfor
             raise DataError(f"train.visualize_sentences: index {i} is outside the test split "
                             f"({len(test)} sentences)")
     pairs = [test[i] for i in indices]
+    decoding = decode.DecodeConfig.from_config(config.decode).replace(
+        batch_size=max(len(pairs), 1))
     hyps = evaluate.translate(model_params, model_config, tokenizer, [s for s, _ in pairs],
-                              batch_size=max(len(pairs), 1),
-                              max_len_offset=config.decode.max_len_offset)
+                              decoding)
     out = Path(workdir) / "pictures"
     extras = write_model_pictures(out, model_config)
     for i, (src, _), hyp in zip(indices, pairs, hyps, strict=True):
@@ -528,7 +496,6 @@ def write_run_pictures(config: ml_collections.ConfigDict, model_config: Transfor
 
 def main(argv: list[str], flags: dict[str, Any]) -> None:
     cli.no_extra_args(argv)
-    cli.setup_logging()
     with cli.clean_errors():
         if not flags["src"].value.strip():
             raise UserError("--src is empty; give a sentence to run through the model")

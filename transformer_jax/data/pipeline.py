@@ -1,71 +1,146 @@
 """From text pairs to batches: tokenize, skip over-long pairs (counted), pack, batch (grain).
 
-Training batches are packed: each row of ``max_len`` slots holds several sentence pairs, told
-apart by segment ids (1, 2, ...; 0 is padding) and restarting positions, which the model's
-masks use. A batch is a dict of int32 arrays [rows, max_len]::
+Training batches are packed (``packing.py``): each row of ``max_len`` slots holds several
+sentence pairs, told apart by segment ids (1, 2, ...; 0 is padding) and restarting
+positions, which the model's masks use. A batch is a dict of int32 arrays [rows, max_len]::
 
     inputs, inputs_segment_ids, inputs_positions,
     targets, targets_segment_ids, targets_positions
 
+grain orders the work: the pair indices of an epoch are shuffled by the seed (reshuffled every
+epoch), cut into chunks of ``CHUNK_PAIRS``, and each chunk is read, tokenized and packed in
+one go by reading threads; ``RebatchIterDataset`` cuts the rows into batches. Doing a chunk
+at a time batches the array_record reads and SentencePiece calls, which cost far more one
+pair at a time.
+
+The paper's ~25,000 source and ~25,000 target tokens per step become ``rows`` rows of
+``data.max_len`` slots per side (:func:`batch_shape`): rows x max_len x grad_accum_steps is
+about ``data.tokens_per_batch``; the padding fraction of each batch is logged.
+
 The training iterator is a grain ``DatasetIterator``: it follows the seed, and its position
 (``get_state``) is saved with every checkpoint, so a resumed run sees exactly the batches an
 uninterrupted one would have. In a multi-host run each process reads every
-``process_count``-th pair starting at its ``process_index``.
+``process_count``-th pair starting at its ``process_index``, so in every epoch the processes
+see disjoint parts of the split that together make all of it.
+
+:func:`data_for` puts it together for a config: source, vocabulary, batch shape, iterator.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
+import os
+import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import grain
 import numpy as np
 
+from transformer_jax.data import packing as packing_lib, sources, text, tokenizer as tokenizer_lib
 from transformer_jax.data.tokenizer import Tokenizer
+from transformer_jax.errors import DataError
 
-FEATURES = ("inputs", "targets")
+FEATURES = packing_lib.FEATURES
+# Pairs read, tokenized and packed together. Bigger chunks pack tighter (only the last few
+# rows of a chunk are left part-empty) and batch the reads and SentencePiece calls better.
+CHUNK_PAIRS = 4096
+# Threads that read, tokenize and pack chunks ahead of the trainer (array_record reads and
+# SentencePiece run outside the GIL); experiments/benchmarks/input_pipeline.py measures it.
+READ_THREADS = max(2, min(8, (os.cpu_count() or 2) // 2))
+PREFETCH_CHUNKS = 2 * READ_THREADS  # chunks read ahead (a chunk is a few batches)
+TOKENS_PER_BATCH_TOLERANCE = 0.1  # warn when whole rows miss data.tokens_per_batch by more
 
 
 @dataclasses.dataclass
 class LengthFilter:
-    """Keeps pairs whose sides both fit ``max_len`` tokens; counts the ones it skips."""
+    """Counts the pairs that fit ``max_len`` tokens per side and those that do not.
+
+    Called from grain's reading threads, hence the lock. The counts include pairs read
+    ahead of the trainer and restart at 0 in a resumed run.
+    """
 
     max_len: int
     skipped: int = 0
     kept: int = 0
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
-    def __call__(self, example: dict[str, np.ndarray]) -> bool:
-        fits = all(len(example[f]) <= self.max_len for f in FEATURES)
-        if fits:
-            self.kept += 1
-        else:
-            self.skipped += 1
-        return fits
+    def fits(self, inputs: list[list[int]], targets: list[list[int]]) -> list[bool]:
+        """Whether each pair fits; the counts go up by the pairs seen."""
+        keep = [len(a) <= self.max_len and len(b) <= self.max_len
+                for a, b in zip(inputs, targets, strict=True)]
+        kept = sum(keep)
+        with self._lock:
+            self.kept += kept
+            self.skipped += len(keep) - kept
+        return keep
 
 
-class Tokenize(grain.transforms.Map):
-    """(source, target) text -> {"inputs": ids, "targets": ids}, each ending with EOS."""
+def read_pairs(source: Sequence[tuple[str, str]], indices: Sequence[int]) -> list[tuple[str, str]]:
+    """The pairs at ``indices``, in one batched read where the source offers one."""
+    if hasattr(source, "read"):
+        return source.read(indices)  # type: ignore[attr-defined]
+    return [source[int(i)] for i in indices]
 
-    def __init__(self, tokenizer: Tokenizer):
+
+def encode_pairs(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]]
+                 ) -> tuple[list[list[int]], list[list[int]]]:
+    """Source and target id lists of ``pairs``, each ending with EOS."""
+    return (tokenizer.encode_batch([p[0] for p in pairs]),
+            tokenizer.encode_batch([p[1] for p in pairs]))
+
+
+class PackChunk:
+    """A chunk of pair indices -> packed rows (read, tokenize, filter or truncate, pack).
+
+    Training drops over-long pairs through ``length_filter`` and shuffles the chunk's rows
+    with a generator seeded by ``seed`` and the chunk's index (so the result depends on
+    nothing but the data and the seed); evaluation (``length_filter=None``) truncates them,
+    counting them in ``truncated``.
+    """
+
+    def __init__(self, source: Sequence[tuple[str, str]], tokenizer: Tokenizer, max_len: int,
+                 *, packing: bool = True, length_filter: LengthFilter | None = None,
+                 seed: int | None = None):
+        self.source = source
         self.tokenizer = tokenizer
+        self.max_len = max_len
+        self.packing = packing
+        self.length_filter = length_filter
+        self.seed = seed
+        self.truncated = 0
+        self._lock = threading.Lock()
 
-    def map(self, pair: tuple[str, str]) -> dict[str, np.ndarray]:
-        src, tgt = pair
-        return {"inputs": np.asarray(self.tokenizer.encode(src), np.int32),
-                "targets": np.asarray(self.tokenizer.encode(tgt), np.int32)}
+    def __call__(self, index: int, indices: np.ndarray) -> dict[str, np.ndarray]:
+        inputs, targets = encode_pairs(self.tokenizer, read_pairs(self.source, indices))
+        if self.length_filter is not None:
+            keep = self.length_filter.fits(inputs, targets)
+            inputs = [x for x, k in zip(inputs, keep, strict=True) if k]
+            targets = [x for x, k in zip(targets, keep, strict=True) if k]
+        else:
+            n = self.max_len
+            long_ = sum(len(a) > n or len(b) > n for a, b in zip(inputs, targets, strict=True))
+            if long_:
+                with self._lock:
+                    self.truncated += long_
+                inputs, targets = [x[:n] for x in inputs], [x[:n] for x in targets]
+        rows = packing_lib.pack(inputs, targets, self.max_len, self.packing)
+        if self.seed is not None:
+            order = np.random.default_rng([self.seed, index]).permutation(len(rows["inputs"]))
+            rows = {k: v[order] for k, v in rows.items()}
+        return rows
 
 
-def _pad_unpacked(example: dict[str, np.ndarray], max_len: int) -> dict[str, np.ndarray]:
-    out = {}
-    for f in FEATURES:
-        ids = example[f]
-        n = len(ids)
-        out[f] = np.pad(ids, (0, max_len - n))
-        out[f + "_segment_ids"] = (np.arange(max_len) < n).astype(np.int32)
-        out[f + "_positions"] = np.where(np.arange(max_len) < n, np.arange(max_len), 0).astype(
-            np.int32)
-    return out
+def _read_options() -> grain.ReadOptions:
+    return grain.ReadOptions(num_threads=READ_THREADS, prefetch_buffer_size=PREFETCH_CHUNKS)
+
+
+def _has_rows(rows: dict[str, np.ndarray]) -> bool:
+    """False for a chunk whose every pair was too long (rebatching needs a row at least)."""
+    return len(rows["inputs"]) > 0
 
 
 @dataclasses.dataclass
@@ -80,64 +155,140 @@ class TrainData:
         return self.iterator
 
 
-def rows_per_batch(tokens_per_batch: int, max_len: int, multiple: int) -> int:
-    """Rows of ``max_len`` slots that hold about ``tokens_per_batch`` tokens, rounded to a
-    positive multiple of ``multiple`` (the number of devices)."""
-    rows = max(tokens_per_batch // max_len, 1)
-    return max(multiple, (rows // multiple) * multiple)
+def rows_per_batch(tokens_per_batch: float, max_len: int, multiple: int) -> int:
+    """Rows of ``max_len`` slots that hold about ``tokens_per_batch`` tokens, rounded to the
+    nearest positive multiple of ``multiple`` (the number of devices)."""
+    return max(1, round(tokens_per_batch / max_len / multiple)) * multiple
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchShape:
+    """How ``data.tokens_per_batch`` per optimizer step becomes rows of ``max_len`` slots.
+
+    ``rows`` is the rows of one micro-batch summed over all devices and processes; an
+    optimizer step sums ``grad_accum_steps`` micro-batches.
+    """
+
+    rows: int
+    max_len: int
+    grad_accum_steps: int
+    process_count: int
+
+    @property
+    def local_rows(self) -> int:
+        """Rows of a micro-batch that this process reads."""
+        return self.rows // self.process_count
+
+    @property
+    def slots_per_step(self) -> int:
+        """Token slots per side per optimizer step: an upper bound on its tokens."""
+        return self.rows * self.max_len * self.grad_accum_steps
+
+
+def batch_shape(tokens_per_batch: int, max_len: int, grad_accum_steps: int = 1,
+                num_devices: int = 1, process_count: int = 1, num_shards: int = 0) -> BatchShape:
+    """The rows per micro-batch for about ``tokens_per_batch`` slots per optimizer step.
+
+    ``num_devices`` is the devices per process; every device gets the same whole rows, and
+    so does every data shard (``num_shards``, 0: one per process).
+    """
+    rows = rows_per_batch(tokens_per_batch / grad_accum_steps, max_len,
+                          math.lcm(num_devices * process_count, num_shards or process_count))
+    return BatchShape(rows, max_len, grad_accum_steps, process_count)
+
+
+def epoch_order(num_pairs: int, seed: int, process_index: int = 0,
+                process_count: int = 1) -> grain.MapDataset:
+    """The indices of this process's pairs (every ``process_count``-th from
+    ``process_index``) in the order of ``seed``: one epoch. Nothing is read."""
+    ds = grain.MapDataset.range(num_pairs)
+    if process_count > 1:
+        ds = ds[process_index::process_count]
+    return ds.shuffle(seed=seed)
 
 
 def train_data(source: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_len: int,
                rows: int, seed: int, packing: bool = True, process_index: int = 0,
-               process_count: int = 1) -> TrainData:
+               process_count: int = 1, num_shards: int = 0,
+               chunk_pairs: int = CHUNK_PAIRS) -> TrainData:
     """An endless, shuffled (reshuffled every epoch), packed stream of training batches.
 
-    ``rows`` is the number of rows per batch on this process.
+    ``rows`` is the number of rows per batch on this process. The data is cut into
+    ``num_shards`` shards (0: one per process), shard s holding every num_shards-th pair from
+    s; process p reads shards p, p + process_count, ... and its batch is their batches side
+    by side. The global batch therefore depends on the seed and the number of shards, not on
+    how many processes read them: 1 process reading 2 shards sees what 2 processes see.
+    Pairs of a shard are taken in the order of :func:`epoch_order`, ``chunk_pairs`` at a
+    time, and packed chunk by chunk.
     """
+    num_shards = num_shards or process_count
+    if num_shards % process_count:
+        raise DataError(f"data.num_shards={num_shards} must be a multiple of the "
+                        f"{process_count} processes")
+    mine = list(range(process_index, num_shards, process_count))
+    if rows % len(mine):
+        raise DataError(f"{rows} rows per process do not split over its {len(mine)} shards")
     length_filter = LengthFilter(max_len)
-    ds = grain.MapDataset.source(source)
-    if process_count > 1:
-        ds = ds[process_index::process_count]
-    ds = ds.shuffle(seed=seed).repeat(None).map(Tokenize(tokenizer)).filter(length_filter)
-    it_ds = ds.to_iter_dataset()
-    if packing:
-        it_ds = grain.experimental.FirstFitPackIterDataset(
-            it_ds, length_struct={f: max_len for f in FEATURES}, num_packing_bins=rows,
-            seed=seed)
+
+    def shard(index: int) -> grain.IterDataset:
+        chunks = epoch_order(len(source), seed, index, num_shards).repeat(None)
+        # drop_remainder: an endless stream has none; it keeps the length an exact integer.
+        chunks = chunks.batch(chunk_pairs, drop_remainder=True).map_with_index(
+            PackChunk(source, tokenizer, max_len, packing=packing, length_filter=length_filter,
+                      seed=seed))
+        return grain.experimental.RebatchIterDataset(
+            chunks.to_iter_dataset(_read_options()).filter(_has_rows),
+            batch_size=rows // len(mine), drop_remainder=True)
+
+    if len(mine) == 1:
+        batches = shard(mine[0])
     else:
-        it_ds = it_ds.map(lambda ex: _pad_unpacked(ex, max_len))
-    it_ds = it_ds.batch(rows, drop_remainder=True)
-    return TrainData(iter(it_ds), length_filter, rows)
+        batches = grain.experimental.ZipIterDataset([shard(i) for i in mine]).map(
+            lambda parts: {k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
+    return TrainData(iter(batches), length_filter, rows)
 
 
 def eval_batches(source: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_len: int,
-                 rows: int, max_batches: int = 0) -> Iterator[dict[str, np.ndarray]]:
+                 rows: int, max_batches: int = 0,
+                 chunk_pairs: int = CHUNK_PAIRS) -> Iterator[dict[str, np.ndarray]]:
     """One ordered pass over a split in packed batches for loss and perplexity.
 
-    Pairs longer than ``max_len`` are truncated (evaluation must see every sentence). The
-    last batch is padded with empty rows so every batch has the same shape.
+    Pairs longer than ``max_len`` are truncated (evaluation must see every sentence) and
+    their number is logged at the end. The last batch is padded with empty rows so every
+    batch has the same shape.
     """
+    pack_chunk = PackChunk(source, tokenizer, max_len)
+    chunks = grain.MapDataset.range(len(source)).batch(chunk_pairs).map_with_index(pack_chunk)
+    batches = grain.experimental.RebatchIterDataset(
+        chunks.to_iter_dataset(_read_options()), batch_size=rows, drop_remainder=False)
+    try:
+        for i, batch in enumerate(batches):
+            if max_batches and i >= max_batches:
+                return
+            n = len(batch["inputs"])
+            if n < rows:
+                batch = {k: np.pad(v, ((0, rows - n), (0, 0))) for k, v in batch.items()}
+            yield batch
+    finally:
+        if pack_chunk.truncated:
+            logging.warning("%s: %d pair(s) longer than data.max_len=%d tokens truncated for "
+                            "evaluation", getattr(source, "name", "evaluation split"),
+                            pack_chunk.truncated, max_len)
 
-    def truncate(ex: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {f: ex[f][:max_len] for f in FEATURES}
 
-    ds = grain.MapDataset.source(source).map(Tokenize(tokenizer)).map(truncate)
-    it_ds = grain.experimental.FirstFitPackIterDataset(
-        ds.to_iter_dataset(), length_struct={f: max_len for f in FEATURES},
-        num_packing_bins=rows, shuffle_bins=False)
-    it_ds = it_ds.batch(rows, drop_remainder=False)
-    for i, batch in enumerate(it_ds):
-        if max_batches and i >= max_batches:
-            return
-        n = len(batch["inputs"])
-        if n < rows:
-            batch = {k: np.pad(v, ((0, rows - n), (0, 0))) for k, v in batch.items()}
-        yield batch
+def process_rows(batch: dict[str, np.ndarray], process_index: int,
+                 process_count: int) -> dict[str, np.ndarray]:
+    """This process's share of a global batch that every process built alike (evaluation):
+    the rows its devices hold."""
+    if process_count == 1:
+        return batch
+    rows = len(batch["inputs"]) // process_count
+    return {k: v[process_index * rows:(process_index + 1) * rows] for k, v in batch.items()}
 
 
 def padding_fraction(batch: dict[str, np.ndarray]) -> float:
     """Fraction of target slots in the batch that hold padding."""
-    return float(np.mean(batch["targets_segment_ids"] == 0))
+    return packing_lib.padding_fraction(batch, "targets")
 
 
 def pad_batch(sequences: Sequence[Sequence[int]], length: int) -> np.ndarray:
@@ -146,3 +297,87 @@ def pad_batch(sequences: Sequence[Sequence[int]], length: int) -> np.ndarray:
     for i, seq in enumerate(sequences):
         out[i, : len(seq)] = seq[:length]
     return out
+
+
+def report_long_pairs(source: text.TextPairs, tokenizer: Tokenizer, max_len: int,
+                      chunk: int = 10_000) -> list[int]:
+    """Line numbers of the pairs of a text split with a side longer than ``max_len`` tokens
+    (end of sentence included), logged in one line; training skips these pairs."""
+    long_lines: list[int] = []
+    for start in range(0, len(source), chunk):
+        pairs = source.pairs[start:start + chunk]
+        for side in range(2):
+            ids = tokenizer.sp.encode([p[side] for p in pairs])
+            for i, piece_ids in enumerate(ids):
+                if len(piece_ids) + 1 > max_len:
+                    long_lines.append(int(source.line_numbers[start + i]))
+    long_lines = sorted(set(long_lines))
+    if len(long_lines) == len(source):
+        raise DataError(f"{source.name}: every pair is longer than data.max_len={max_len} "
+                        "tokens; raise data.max_len (and model.max_len)")
+    if long_lines:
+        logging.warning("%s: %d of %d pairs longer than data.max_len=%d tokens are skipped in "
+                        "training (%s)", source.name, len(long_lines), len(source), max_len,
+                        text.describe_lines(long_lines))
+    return long_lines
+
+
+def vocab_sample(source: Sequence[tuple[str, str]], max_chars: int,
+                 seed: int = 0) -> Iterator[str]:
+    """Sentences of both sides in a seeded random order until ``max_chars`` per side: the
+    sample the vocabulary is trained on. Lazy: nothing is read unless it is consumed."""
+    order = epoch_order(len(source), seed)
+
+    def pairs() -> Iterator[tuple[str, str]]:
+        for start in range(0, len(order), CHUNK_PAIRS):
+            yield from read_pairs(source, [order[i] for i in
+                                           range(start, min(start + CHUNK_PAIRS, len(order)))])
+
+    return tokenizer_lib.sample_text(pairs(), max_chars)
+
+
+class Data(NamedTuple):
+    """The data side of a training run (see :func:`data_for`)."""
+
+    tokenizer: Tokenizer
+    train: TrainData
+    rows: int  # rows of a micro-batch over all devices and processes
+    shape: BatchShape
+
+
+def data_for(config: Any, workdir: str | Path, num_devices: int, process_index: int | None = None,
+             process_count: int | None = None) -> Data:
+    """The training source, shared vocabulary and batch iterator of a config.
+
+    The vocabulary is the workdir's, trained on ``data.vocab_sample`` characters per side the
+    first time (by process 0 only; the others wait for its file). ``num_devices`` is the
+    devices this process trains on; process index and count default to JAX's.
+    """
+    if process_index is None or process_count is None:
+        import jax
+
+        process_index, process_count = jax.process_index(), jax.process_count()
+    d = config.data
+    train_source = sources.get_source(d, "train")
+    # The other splits are opened now so that a missing split or a bad file stops the run
+    # before anything is trained; text files are read once (sources caches them).
+    sources.get_source(d, "validation")
+    if config.train.bleu_sentences or config.train.samples:
+        sources.get_source(d, "test")
+    tokenizer = tokenizer_lib.load_or_train(
+        workdir, vocab_sample(train_source, d.vocab_sample, d.shuffle_seed), d.vocab_size,
+        is_chief=process_index == 0)
+    if isinstance(train_source, text.TextPairs):
+        report_long_pairs(train_source, tokenizer, d.max_len)
+    shape = batch_shape(d.tokens_per_batch, d.max_len, config.optim.grad_accum_steps,
+                        num_devices, process_count, d.num_shards)
+    miss = shape.slots_per_step / d.tokens_per_batch - 1
+    log = logging.warning if abs(miss) > TOKENS_PER_BATCH_TOLERANCE else logging.info
+    log("batches: %d rows x %d slots x %d accumulation steps = %d slots per side per step "
+        "(data.tokens_per_batch=%d, %+.0f%%) over %d device(s) x %d process(es)", shape.rows,
+        d.max_len, shape.grad_accum_steps, shape.slots_per_step, d.tokens_per_batch,
+        100 * miss, num_devices, process_count)
+    train = train_data(train_source, tokenizer, max_len=d.max_len, rows=shape.local_rows,
+                       seed=d.shuffle_seed, packing=d.packing, process_index=process_index,
+                       process_count=process_count, num_shards=d.num_shards)
+    return Data(tokenizer, train, shape.rows, shape)

@@ -60,13 +60,26 @@ class Tokenizer:
 
 def train_tokenizer(sentences: Iterable[str], vocab_size: int, model_path: str | os.PathLike,
                     max_sentence_length: int = 8192) -> Tokenizer:
-    """Trains a BPE model on ``sentences`` and writes it atomically to ``model_path``."""
+    """Trains a BPE model on ``sentences`` and writes it atomically to ``model_path``.
+
+    Sentences longer than ``max_sentence_length`` bytes are left out of training (as
+    SentencePiece would, silently) and their number is logged.
+    """
     model_path = Path(model_path)
     model_path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     start = time.time()
+    too_long = [0]
+
+    def fitting() -> Iterator[str]:
+        for sentence in sentences:
+            if len(sentence.encode("utf-8")) > max_sentence_length:
+                too_long[0] += 1
+            else:
+                yield sentence
+
     spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(sentences), model_writer=buffer, model_type="bpe",
+        sentence_iterator=fitting(), model_writer=buffer, model_type="bpe",
         vocab_size=vocab_size, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
         character_coverage=1.0, hard_vocab_limit=False, num_threads=os.cpu_count() or 1,
         max_sentence_length=max_sentence_length, minloglevel=2)
@@ -76,17 +89,30 @@ def train_tokenizer(sentences: Iterable[str], vocab_size: int, model_path: str |
     tokenizer = Tokenizer(model_path)
     logging.info("trained a %d-piece BPE vocabulary in %.1fs -> %s", tokenizer.vocab_size,
                  time.time() - start, model_path)
+    if too_long[0]:
+        logging.warning("left %d sentence(s) longer than %d bytes out of the vocabulary sample",
+                        too_long[0], max_sentence_length)
     return tokenizer
 
 
+def vocab_path(workdir: str | os.PathLike) -> Path:
+    """Where a run keeps its vocabulary."""
+    return Path(workdir) / "vocab" / MODEL_NAME
+
+
 def load_or_train(workdir: str | os.PathLike, sample: Iterable[str] | None, vocab_size: int,
-                  is_chief: bool = True, timeout_s: float = 3600.0) -> Tokenizer:
+                  is_chief: bool = True, timeout_s: float = 3600.0,
+                  poll_s: float = 1.0) -> Tokenizer:
     """The workdir's vocabulary, trained on ``sample`` the first time.
 
-    In a multi-host run only the chief (process 0) trains; the others wait for the file.
+    A vocabulary already in the workdir (a resumed run) is loaded and ``sample`` is not read.
+    In a multi-host run only the chief (process 0) trains; the others poll every ``poll_s``
+    seconds for its file (the workdir must be shared) and raise TimeoutError after
+    ``timeout_s``.
     """
-    path = Path(workdir) / "vocab" / MODEL_NAME
+    path = vocab_path(workdir)
     if path.exists():
+        logging.info("using the vocabulary in %s", path)
         return Tokenizer(path)
     if is_chief:
         if sample is None:
@@ -97,7 +123,7 @@ def load_or_train(workdir: str | os.PathLike, sample: Iterable[str] | None, voca
     while not path.exists():
         if time.time() > deadline:
             raise TimeoutError(f"{path}: process 0 did not write the vocabulary in {timeout_s}s")
-        time.sleep(1.0)
+        time.sleep(poll_s)
     return Tokenizer(path)
 
 

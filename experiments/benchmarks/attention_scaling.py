@@ -1,0 +1,289 @@
+"""The quadratic bill: time and memory of dense, blockwise and local attention against n.
+
+    python experiments/benchmarks/attention_scaling.py            # n = 512 .. 16,384
+    python experiments/benchmarks/attention_scaling.py --quick    # n = 512 .. 2,048, one call
+
+What is measured: self-attention over one unpadded sequence of n tokens (batch 1, 8 heads of
+d_k = d_v = 64, the base model's heads; not causal, as in the encoder), for n = 512, 1,024,
+..., 16,384, by each kernel of ``transformer_jax.attention``: ``dense`` (the paper's),
+``blockwise`` (tiles of --block-size) and ``local`` (r = --window). Two passes: ``forward``
+(the outputs) and ``backward`` (forward + backward: the gradients of sum(outputs * c) with
+respect to q, k and v, c a fixed random cotangent).
+
+peak_bytes is the compiled program's own account of its memory (XLA's buffer assignment,
+``compiled.memory_analysis()``): temp + argument + output bytes, the most it holds at once.
+It is known without running, so it is reported for cases too large to run. As a check, the
+measured rise of the process's peak RSS during the first call (on a GPU: the device's peak
+bytes in use) is printed beside it. time_s is the best of up to three calls after
+compilation (one call when it takes over 20 s, or with --quick). Every case runs in a fresh
+process, so one case's memory cannot leak into the next and an out-of-memory kill costs one
+row. A case whose compiled peak exceeds --max-gb (default: half the memory available at the
+start) is not run: its time_s is null and its error says why.
+
+Criteria, printed as pass/fail:
+  memory: at the largest n, blockwise's peak_bytes <= 1/8 of dense's, forward and backward
+          (or dense fails where blockwise runs);
+  time:   at n = 2,048, blockwise's forward + backward time <= 1.5x dense's.
+
+Results go to experiments/results/attention_scaling.json (--quick: attention_scaling_quick
+.json); the last line printed is one JSON object of headline figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+# A GPU run must not let the parent grab most of the device before its children start.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script from a checkout
+    sys.path.insert(0, str(ROOT))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from transformer_jax import attention  # noqa: E402
+
+KINDS = ("dense", "blockwise", "local")
+PASSES = ("forward", "backward")
+FULL_LENGTHS = tuple(2 ** i for i in range(9, 15))  # 512 .. 16,384
+QUICK_LENGTHS = (512, 1024, 2048)
+HEADS, D_K = 8, 64
+TIME_N, TIME_LIMIT, MEMORY_LIMIT = 2048, 1.5, 1 / 8
+GiB = 2 ** 30
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="n = 512 .. 2,048, one timed call")
+    p.add_argument("--max-gb", type=float, default=0.0,
+                   help="skip cases whose compiled peak exceeds this (0: half the free memory)")
+    p.add_argument("--block-size", type=int, default=256, help="blockwise tile (default 256)")
+    p.add_argument("--window", type=int, default=128, help="local attention's r (default 128)")
+    p.add_argument("--out", type=Path, default=None, help="where to write the JSON results")
+    p.add_argument("--case", default=None, help=argparse.SUPPRESS)  # KIND,N,PASS: one case
+    return p.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------------------
+# One case, in its own process
+
+
+def _proc_bytes(field: str) -> int:
+    """VmRSS or VmHWM of this process, in bytes (Linux)."""
+    with open("/proc/self/status") as f:
+        return int(re.search(rf"{field}:\s+(\d+) kB", f.read()).group(1)) * 1024
+
+
+def _reset_peak_rss() -> bool:
+    """Sets VmHWM back to the current RSS (Linux's clear_refs 5); False where unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def case_function(kind: str, n: int, pass_: str, block_size: int, window: int):
+    """The jitted computation of one case and its arguments."""
+    keys = jax.random.split(jax.random.key(n), 4)
+    q, k, v, cotangent = (jax.random.normal(key, (1, n, HEADS, D_K), jnp.float32)
+                          for key in keys)
+    segments = jnp.ones((1, n), jnp.int32)
+
+    def forward(q, k, v):
+        return attention.attend(kind, q, k, v, segments, segments, block_size=block_size,
+                                window=window)
+
+    if pass_ == "forward":
+        return jax.jit(forward), (q, k, v)
+
+    def backward(q, k, v, cotangent):
+        loss = lambda q, k, v: jnp.sum(forward(q, k, v) * cotangent)  # noqa: E731
+        return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+    return jax.jit(backward), (q, k, v, cotangent)
+
+
+def run_case(kind: str, n: int, pass_: str, block_size: int, window: int, max_bytes: int,
+             reps: int) -> dict:
+    """Compiles, checks the memory bill against ``max_bytes``, runs and times one case."""
+    fn, args = case_function(kind, n, pass_, block_size, window)
+    compiled = fn.lower(*args).compile()
+    stats = compiled.memory_analysis()
+    peak = int(stats.temp_size_in_bytes + stats.argument_size_in_bytes
+               + stats.output_size_in_bytes)
+    row = {"kind": kind, "n": n, "pass": pass_, "time_s": None, "peak_bytes": peak,
+           "error": None, "measured_bytes": None}
+    if peak > max_bytes:
+        row["error"] = (f"not run: the compiled program needs {peak / GiB:.1f} GiB, over the "
+                        f"{max_bytes / GiB:.1f} GiB allowed (--max-gb)")
+        return row
+    device = jax.devices()[0]
+    on_cpu = device.platform == "cpu"
+    before = _proc_bytes("VmRSS") if on_cpu else 0
+    rss_reset = on_cpu and _reset_peak_rss()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - start)
+        if times[-1] > 20:
+            break
+    if rss_reset:
+        row["measured_bytes"] = _proc_bytes("VmHWM") - before + stats.argument_size_in_bytes
+    elif not on_cpu:
+        row["measured_bytes"] = (device.memory_stats() or {}).get("peak_bytes_in_use")
+    row["time_s"] = min(times)
+    return row
+
+
+# ----------------------------------------------------------------------------------------
+# The sweep
+
+
+def machine() -> tuple[str, str, int]:
+    """(description, backend, bytes of memory a case may use by default)."""
+    backend = jax.default_backend()
+    cores = os.cpu_count()
+    cpu = platform.processor() or platform.machine()
+    mem_total = mem_free = 0
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = re.search(r"model name\s*:\s*(.+)", f.read()).group(1).strip()
+        with open("/proc/meminfo") as f:
+            info = f.read()
+        mem_total = int(re.search(r"MemTotal:\s+(\d+)", info).group(1)) * 1024
+        mem_free = int(re.search(r"MemAvailable:\s+(\d+)", info).group(1)) * 1024
+    except (OSError, AttributeError):
+        pass
+    text = f"{cpu}, {cores} cores, {mem_total / GiB:.0f} GiB"
+    budget = mem_free // 2
+    if backend == "gpu":
+        device = jax.devices()[0]
+        limit = (device.memory_stats() or {}).get("bytes_limit", 0)
+        text = f"{device.device_kind} ({limit / GiB:.0f} GiB); host: {text}"
+        budget = int(limit * 0.9)
+    return text, ("gpu" if backend == "gpu" else "cpu"), budget
+
+
+def spawn(kind: str, n: int, pass_: str, args: argparse.Namespace, max_bytes: int) -> dict:
+    """Runs one case in a fresh process; a crash (an out-of-memory kill) becomes its error."""
+    command = [sys.executable, __file__, f"--case={kind},{n},{pass_}",
+               f"--max-gb={max_bytes / GiB}", f"--block-size={args.block_size}",
+               f"--window={args.window}"] + (["--quick"] if args.quick else [])
+    failed = {"kind": kind, "n": n, "pass": pass_, "time_s": None, "peak_bytes": None,
+              "error": None, "measured_bytes": None}
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
+    except subprocess.TimeoutExpired:
+        return {**failed, "error": "timed out after an hour"}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    why = (f"killed by signal {-done.returncode} (out of memory?)" if done.returncode < 0
+           else (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1])
+    return {**failed, "error": why[:300]}
+
+
+def find(rows: list[dict], kind: str, n: int, pass_: str) -> dict:
+    return next(r for r in rows if (r["kind"], r["n"], r["pass"]) == (kind, n, pass_))
+
+
+def criteria(rows: list[dict], largest: int) -> dict:
+    """The pass/fail verdicts and the figures behind them."""
+    memory_ok, ratios = True, {}
+    for pass_ in PASSES:
+        d, b = find(rows, "dense", largest, pass_), find(rows, "blockwise", largest, pass_)
+        if d["peak_bytes"] is None:  # dense could not even be compiled
+            ok = b["peak_bytes"] is not None and b["error"] is None
+        else:
+            ok = b["peak_bytes"] is not None and b["peak_bytes"] <= MEMORY_LIMIT * d["peak_bytes"]
+            ratios[pass_] = round(d["peak_bytes"] / b["peak_bytes"], 1) if b["peak_bytes"] else None
+        memory_ok &= ok
+    d, b = find(rows, "dense", TIME_N, "backward"), find(rows, "blockwise", TIME_N, "backward")
+    time_ratio = None
+    if d["time_s"] and b["time_s"]:
+        time_ratio = round(b["time_s"] / d["time_s"], 2)
+    return dict(memory="pass" if memory_ok else "fail",
+                time="pass" if time_ratio is not None and time_ratio <= TIME_LIMIT else "fail",
+                dense_over_blockwise_peak_bytes_at_largest_n=ratios,
+                blockwise_over_dense_time_at_2048=time_ratio)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else float(f"{x:.4g}")
+
+
+def fmt_bytes(x: int | None) -> str:
+    return "-" if x is None else f"{x / 2 ** 20:,.0f} MiB"
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    reps = 1 if args.quick else 3
+    if args.case:  # a child: one case, one JSON line
+        kind, n, pass_ = args.case.split(",")
+        print(json.dumps(run_case(kind, int(n), pass_, args.block_size, args.window,
+                                  int(args.max_gb * GiB), reps)))
+        return
+    description, backend, budget = machine()
+    max_bytes = int(args.max_gb * GiB) if args.max_gb > 0 else budget
+    lengths = QUICK_LENGTHS if args.quick else FULL_LENGTHS
+    print(f"{description}; backend {backend}; batch 1, {HEADS} heads, d_k = d_v = {D_K}; "
+          f"blockwise tiles {args.block_size}, local r = {args.window}; cases over "
+          f"{max_bytes / GiB:.1f} GiB (compiled) are not run")
+    print(f"{'kind':>10} {'n':>6} {'pass':>9} {'time':>9} {'peak (compiled)':>16} "
+          f"{'peak (measured)':>16}")
+    rows = []
+    for n in lengths:
+        for kind in KINDS:
+            for pass_ in PASSES:
+                row = spawn(kind, n, pass_, args, max_bytes)
+                rows.append(row)
+                shown = "-" if row["time_s"] is None else f"{row['time_s']:.3f}s"
+                print(f"{kind:>10} {n:>6} {pass_:>9} {shown:>9} {fmt_bytes(row['peak_bytes']):>16}"
+                      f" {fmt_bytes(row['measured_bytes']):>16}  {row['error'] or ''}",
+                      flush=True)
+    verdict = criteria(rows, lengths[-1])
+    print(f"memory at n = {lengths[-1]:,}: blockwise <= 1/8 of dense: {verdict['memory']} "
+          f"(dense / blockwise: {verdict['dense_over_blockwise_peak_bytes_at_largest_n']})")
+    print(f"time at n = {TIME_N:,}, forward + backward: blockwise <= {TIME_LIMIT}x dense: "
+          f"{verdict['time']} (blockwise / dense: {verdict['blockwise_over_dense_time_at_2048']})")
+
+    out = args.out or ROOT / "experiments" / "results" / (
+        "attention_scaling_quick.json" if args.quick else "attention_scaling.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fields = ("kind", "n", "pass", "time_s", "peak_bytes", "error")
+    results = [{field: r[field] for field in fields} for r in rows]
+    out.write_text(json.dumps(dict(
+        machine=description, date=datetime.date.today().isoformat(), backend=backend,
+        heads=HEADS, d_k=D_K, results=results), indent=1) + "\n")
+    print(f"wrote {out}")
+
+    largest = lengths[-1]
+    headline = dict(benchmark="attention_scaling", backend=backend, heads=HEADS, d_k=D_K,
+                    block_size=args.block_size, window=args.window, largest_n=largest, **verdict)
+    for kind in KINDS:
+        row = find(rows, kind, largest, "backward")
+        headline[f"{kind}_backward_peak_bytes_at_largest_n"] = row["peak_bytes"]
+        headline[f"{kind}_backward_time_s_at_largest_n"] = _round(row["time_s"])
+        headline[f"{kind}_backward_time_s_at_2048"] = _round(
+            find(rows, kind, TIME_N, "backward")["time_s"])
+    print(json.dumps(headline))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""The shared BPE vocabulary: special ids, one model per workdir, reused on resume, and in a
+multi-host run trained by process 0 while the others wait for its file."""
+
+import logging
+import threading
+import time
+
+import pytest
+
+from transformer_jax.data import corpus, tokenizer as tokenizer_lib
+
+PAIRS = corpus.build_corpus(seed=0, sizes={"train": 2000})["train"]
+
+
+def sample():
+    return tokenizer_lib.sample_text(iter(PAIRS), max_chars=100_000)
+
+
+def never_read():
+    raise AssertionError("the sample was read although a vocabulary exists")
+    yield  # pragma: no cover
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("vocab_run")
+    return workdir, tokenizer_lib.load_or_train(workdir, sample(), vocab_size=300)
+
+
+def test_one_shared_bpe_vocabulary_with_fixed_special_ids(trained):
+    workdir, tok = trained
+    assert tok.path == workdir / "vocab" / "spm.model"
+    assert (tokenizer_lib.PAD_ID, tokenizer_lib.EOS_ID, tokenizer_lib.UNK_ID) == (0, 1, 2)
+    assert tok.sp.id_to_piece(0) == "<pad>" and tok.sp.id_to_piece(1) == "</s>"
+    assert tok.sp.id_to_piece(2) == "<unk>" and tok.sp.bos_id() == -1
+    assert 250 <= tok.vocab_size <= 300
+    en, de = PAIRS[0]
+    for text in (en, de):  # one model encodes both languages
+        ids = tok.encode(text)
+        assert ids[-1] == tokenizer_lib.EOS_ID and tokenizer_lib.UNK_ID not in ids
+        assert tok.decode(ids + [5, 6]) == text  # decoding stops at EOS
+    assert tok.encode_batch([en, de]) == [tok.encode(en), tok.encode(de)]
+
+
+def test_a_resumed_run_reuses_the_vocabulary_without_reading_the_sample(trained):
+    workdir, first = trained
+    before = first.path.read_bytes(), first.path.stat().st_mtime_ns
+    again = tokenizer_lib.load_or_train(workdir, never_read(), vocab_size=300)
+    assert (again.path.read_bytes(), again.path.stat().st_mtime_ns) == before
+    assert again.encode(PAIRS[1][1]) == first.encode(PAIRS[1][1])
+
+
+def test_a_non_chief_waits_for_the_chiefs_file(tmp_path):
+    got = {}
+
+    def non_chief():
+        got["tok"] = tokenizer_lib.load_or_train(tmp_path, never_read(), 300, is_chief=False,
+                                                 timeout_s=60, poll_s=0.05)
+
+    waiter = threading.Thread(target=non_chief)
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive() and not (tmp_path / "vocab").exists()  # still waiting
+    chief = tokenizer_lib.load_or_train(tmp_path, sample(), 300, is_chief=True)
+    waiter.join(timeout=60)
+    assert not waiter.is_alive()
+    assert got["tok"].sp.serialized_model_proto() == chief.sp.serialized_model_proto()
+
+
+def test_a_non_chief_gives_up_naming_the_file(tmp_path):
+    with pytest.raises(TimeoutError, match=r"vocab/spm.model: process 0 did not write"):
+        tokenizer_lib.load_or_train(tmp_path, None, 300, is_chief=False, timeout_s=0.2,
+                                    poll_s=0.05)
+
+
+def test_the_chief_needs_a_sample_when_there_is_no_vocabulary(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothing to train one on"):
+        tokenizer_lib.load_or_train(tmp_path, None, 300)
+
+
+def test_the_sample_takes_about_max_chars_per_side():
+    texts = list(tokenizer_lib.sample_text(iter(PAIRS), max_chars=5_000))
+    english = {en for en, _ in PAIRS}
+    en = sum(len(t) for t in texts if t in english)
+    de = sum(len(t) for t in texts if t not in english)
+    longest = max(len(t) for p in PAIRS for t in p)
+    assert 5_000 <= en < 5_000 + longest and 5_000 <= de < 5_000 + longest
+
+
+def test_over_long_sample_sentences_are_left_out_and_counted(tmp_path, caplog):
+    texts = [en for en, _ in PAIRS[:500]] + ["x" * 300, "y" * 400]
+    with caplog.at_level(logging.WARNING):
+        tokenizer_lib.train_tokenizer(texts, 100, tmp_path / "spm.model",
+                                      max_sentence_length=200)
+    assert "left 2 sentence(s) longer than 200 bytes out of the vocabulary sample" in caplog.text

@@ -1,0 +1,105 @@
+"""The translate command: stdin or a file in, one translation per line out, in order."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transformer_jax import cli, decode, evaluate, translate
+from transformer_jax.data import sources
+from transformer_jax.errors import DataError
+
+from .helpers import trained_workdir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, builtin_data_dir):
+    return trained_workdir(tmp_path_factory, builtin_data_dir)
+
+
+def command(workdir, *args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "transformer_jax.translate",
+                           f"--workdir={workdir}", *args], cwd=ROOT, input=stdin,
+                          capture_output=True, timeout=600)
+
+
+def test_translates_a_file_in_order_with_empty_lines_kept(workdir, tmp_path):
+    config = cli.workdir_config(workdir)
+    source = sources.get_source(config.data, "test")
+    sentences = [source[i][0] for i in range(5)]
+    lines = [sentences[0], "", sentences[1], "  \t", *sentences[2:]]
+    src = tmp_path / "src.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = command(workdir, f"--input={src}", f"--output={tmp_path / 'out.txt'}",
+                  "--config.decode.batch_size=2", "--config.decode.max_len_offset=20")
+    assert out.returncode == 0, out.stderr.decode()[-3000:]
+    assert b"translating" in out.stderr  # progress on stderr
+    got = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")
+    assert got[-1] == "" and len(got) - 1 == len(lines)
+    # The config's strategy (the paper's beam search), exactly as the library translates.
+    loaded = evaluate.load_workdir(workdir, config)
+    decoding = decode.DecodeConfig.from_config(config.decode).replace(max_len_offset=20)
+    assert decoding.strategy == "beam" and decoding.beam_size == 4
+    expected = evaluate.translate(loaded.params, loaded.model_config, loaded.tokenizer, lines,
+                                  decoding)
+    assert got[:-1] == expected
+    assert got[1] == got[3] == "" and all(got[i] for i in (0, 2, 4, 5, 6))
+
+
+def test_stdin_to_stdout_with_decode_overrides(workdir):
+    config = cli.workdir_config(workdir)
+    source = sources.get_source(config.data, "validation")
+    sentences = [source[i][0] for i in range(3)]
+    out = command(workdir, "--config.decode.strategy=greedy",
+                  stdin="\r\n".join(sentences).encode())  # CRLF, no final newline
+    assert out.returncode == 0, out.stderr.decode()[-3000:]
+    loaded = evaluate.load_workdir(workdir, config)
+    expected = evaluate.translate(loaded.params, loaded.model_config, loaded.tokenizer,
+                                  sentences, decode.DecodeConfig(strategy="greedy"))
+    assert out.stdout.decode().splitlines() == expected
+
+
+def test_invalid_utf8_is_one_error_naming_the_line(workdir, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"a good line\nanother\nbad \xff byte\n")
+    with pytest.raises(DataError, match=r"bad.txt line 3: not valid UTF-8 \(byte 0xff at "
+                                        r"byte 5\)"):
+        translate.read_lines(str(bad))
+    out = command(workdir, f"--input={bad}")
+    assert out.returncode == 2
+    assert out.stderr.decode().strip().splitlines() == [
+        f"error: {bad} line 3: not valid UTF-8 (byte 0xff at byte 5)"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--config.model.d_model=64"], "error: --config.model.d_model: only --config.decode.* "
+                                    "may be set here"),
+    (["--config.decode.strategy=nucleus"], "error: decode.strategy='nucleus' is not one of "
+                                           "greedy, beam, sample"),
+    (["--config.decode.top_p=0"], "error: decode.top_p=0.0 must be a number in (0.0, 1.0]"),
+    (["--config.decode.beam_size=x"], "error: flag --config.decode.beam_size=x: invalid "
+                                      "literal for int()"),
+    (["--config.decode.nosuch=1"], "error: unknown config field config.decode.nosuch"),
+])
+def test_bad_overrides_are_one_line(workdir, args, message):
+    out = command(workdir, *args, stdin=b"x\n")
+    assert out.returncode == 2
+    lines = out.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), lines
+
+
+def test_not_a_workdir(tmp_path):
+    out = command(tmp_path, stdin=b"x\n")
+    assert out.returncode == 2
+    assert out.stderr.decode().strip().splitlines() == [
+        f"error: {tmp_path / 'config.json'}: no such file; --workdir must be the workdir of a "
+        "training run"]
+
+
+def test_read_lines_takes_crlf_a_byte_order_mark_and_a_missing_final_newline(tmp_path):
+    path = tmp_path / "src.txt"
+    path.write_bytes(b"\xef\xbb\xbfone\r\n\r\ntwo\n  \nthree")
+    assert translate.read_lines(str(path)) == ["one", "", "two", "  ", "three"]

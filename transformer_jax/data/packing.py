@@ -1,0 +1,101 @@
+"""Packing sentence pairs into fixed-length rows, several pairs to a row (numpy).
+
+A packed row holds the source sides of some pairs in its ``inputs`` and their target sides,
+in the same order, in its ``targets``. Pair k of a row has segment id k (1, 2, ...) on both
+sides and positions that restart at 0, so the model's masks keep pairs apart; 0 is padding::
+
+    inputs               [a1 a2 EOS b1 EOS  0 ]    targets              [A1 EOS B1 B2 EOS 0 ]
+    inputs_segment_ids   [1  1  1   2  2    0 ]    targets_segment_ids  [1  1   2  2  2   0 ]
+    inputs_positions     [0  1  2   0  1    0 ]    targets_positions    [0  1   0  1  2   0 ]
+
+The algorithm is first fit over a window of open rows: each pair goes to the oldest open row
+with room on both sides, or opens a new row; when more than ``open_rows`` rows are open the
+oldest is closed. It runs once per chunk of a few thousand pairs, in a Python loop of a few
+operations per pair; the arrays are then filled with vectorized numpy.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+
+FEATURES = ("inputs", "targets")
+OPEN_ROWS = 32  # more open rows pack tighter and cost more per pair
+
+
+def assign_rows(input_lengths: Sequence[int], target_lengths: Sequence[int], max_len: int,
+                open_rows: int = OPEN_ROWS) -> list[int]:
+    """The row each pair goes to (first fit over the last ``open_rows`` rows opened).
+
+    Every length must be <= ``max_len``. Rows are numbered in the order they are opened.
+    """
+    rows: list[int] = []
+    free_inputs: list[int] = []
+    free_targets: list[int] = []
+    window: list[int] = []
+    for a, b in zip(input_lengths, target_lengths, strict=True):
+        for row in window:
+            if free_inputs[row] >= a and free_targets[row] >= b:
+                break
+        else:
+            row = len(free_inputs)
+            free_inputs.append(max_len)
+            free_targets.append(max_len)
+            window.append(row)
+            if len(window) > open_rows:
+                window.pop(0)
+        free_inputs[row] -= a
+        free_targets[row] -= b
+        rows.append(row)
+    return rows
+
+
+def pack(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_len: int,
+         packing: bool = True, open_rows: int = OPEN_ROWS) -> dict[str, np.ndarray]:
+    """Pairs of id lists -> packed rows: a dict of six int32 arrays [rows, max_len].
+
+    ``inputs[k]`` and ``targets[k]`` are the two sides of pair k, each at most ``max_len``
+    ids. Without ``packing`` every pair gets a row of its own.
+    """
+    lengths = {"inputs": np.fromiter(map(len, inputs), np.int64, len(inputs)),
+               "targets": np.fromiter(map(len, targets), np.int64, len(targets))}
+    n = len(inputs)
+    if n and max(lengths["inputs"].max(), lengths["targets"].max()) > max_len:
+        raise ValueError(f"a sequence is longer than max_len={max_len}")
+    if packing:
+        row_of = np.asarray(assign_rows(lengths["inputs"].tolist(),
+                                        lengths["targets"].tolist(), max_len, open_rows),
+                            np.int64)
+    else:
+        row_of = np.arange(n, dtype=np.int64)
+    num_rows = int(row_of.max()) + 1 if n else 0
+    order = np.argsort(row_of, kind="stable")  # by row, in arrival order within a row
+    rows = row_of[order]
+    item = np.arange(n)
+    first_in_row = np.ones(n, bool)
+    first_in_row[1:] = rows[1:] != rows[:-1]
+    row_start = np.maximum.accumulate(np.where(first_in_row, item, 0))
+    segment = item - row_start + 1
+    out: dict[str, np.ndarray] = {}
+    for name, seqs in (("inputs", inputs), ("targets", targets)):
+        lens = lengths[name][order]
+        total = int(lens.sum())
+        flat = np.fromiter(itertools.chain.from_iterable(seqs[k] for k in order), np.int32,
+                           total)
+        start = np.cumsum(lens) - lens  # of each pair in `flat`
+        position = np.arange(total) - np.repeat(start, lens)
+        column = np.repeat(start - start[row_start], lens) + position
+        token_row = np.repeat(rows, lens)
+        for suffix, values in (("", flat), ("_segment_ids", np.repeat(segment, lens)),
+                               ("_positions", position)):
+            array = np.zeros((num_rows, max_len), np.int32)
+            array[token_row, column] = values
+            out[name + suffix] = array
+    return out
+
+
+def padding_fraction(batch: dict[str, np.ndarray], feature: str = "targets") -> float:
+    """Fraction of the slots of ``feature`` in the batch that hold padding."""
+    return float(np.mean(batch[feature + "_segment_ids"] == 0))

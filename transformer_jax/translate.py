@@ -1,0 +1,97 @@
+"""Translate sentences with a trained model: the command-line entry point.
+
+    python -m transformer_jax.translate --workdir=runs/base [--input=src.txt] \
+        [--output=out.txt] [--average=5] [--config.decode.strategy=greedy ...]
+
+Reads one source sentence per line from ``--input`` (default: stdin) and writes one
+translation per line, in input order, to ``--output`` (default: stdout). Empty or
+whitespace-only lines give empty lines. Decoding follows the ``decode`` section of the
+workdir's config (the paper's beam search by default), which ``--config.decode.FIELD=VALUE``
+overrides. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from transformer_jax import cli
+from transformer_jax.errors import DataError
+
+TRANSLATE_OVERRIDES = ("decode",)
+
+
+def read_lines(path: str) -> list[str]:
+    """The lines of ``path`` ("-": stdin) as text, without line ends.
+
+    Raises DataError naming the line of the first invalid UTF-8.
+    """
+    name = "<stdin>" if path == "-" else path
+    data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not text
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    out = []
+    for number, raw in enumerate(lines, start=1):
+        try:
+            out.append(raw.decode("utf-8").removesuffix("\r"))
+        except UnicodeDecodeError as e:
+            raise DataError(f"{name} line {number}: not valid UTF-8 (byte "
+                            f"0x{raw[e.start]:02x} at byte {e.start + 1})") from None
+    return out
+
+
+def write_lines(path: str, lines: list[str]) -> None:
+    """One line per string to ``path`` ("-": stdout), written whole or not at all."""
+    text = "".join(line.replace("\n", " ") + "\n" for line in lines)
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    target = Path(path)
+    temporary = target.with_name(f".{target.name}.partial")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, target)
+
+
+def main(argv: list[str], flags_: dict[str, Any]) -> None:
+    cli.no_extra_args(argv)
+    with cli.clean_errors():
+        from tqdm import tqdm
+
+        from transformer_jax import decode, evaluate
+
+        workdir = flags_["workdir"].value
+        config = cli.workdir_config(workdir, cli.override_values(flags_["config"]),
+                                    TRANSLATE_OVERRIDES)
+        sentences = read_lines(flags_["input"].value)
+        output = flags_["output"].value
+        if output != "-" and not Path(output).absolute().parent.is_dir():
+            raise FileNotFoundError(f"--output={output}: no directory "
+                                    f"{Path(output).absolute().parent}")
+        loaded = evaluate.load_workdir(workdir, config, flags_["average"].value)
+        decoding = decode.DecodeConfig.from_config(config.decode)
+        with tqdm(total=len(sentences), desc="translating", unit=" sentences",
+                  file=sys.stderr) as bar:
+            translations = evaluate.translate(loaded.params, loaded.model_config,
+                                              loaded.tokenizer, sentences, decoding,
+                                              bar.update)
+        write_lines(output, translations)
+
+
+if __name__ == "__main__":
+    from absl import flags
+
+    cli.run(functools.partial(main, flags_={
+        "workdir": cli.define_workdir_flag(),
+        "config": cli.define_overrides_flag(),
+        "input": flags.DEFINE_string("input", "-", "Source sentences, one per line; - is "
+                                     "stdin."),
+        "output": flags.DEFINE_string("output", "-", "Where the translations go; - is stdout."),
+        "average": flags.DEFINE_integer("average", 1, "Average the parameters of the last N "
+                                        "checkpoints.", lower_bound=1),
+    }))
