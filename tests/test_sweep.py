@@ -44,6 +44,7 @@ def test_heads_ablation_is_row_a_with_h_times_dk_512():
         c = configs[point.label]
         assert c.data.name == "wmt14_ende" and c.train.num_steps == 100_000
         assert c.train.bleu_sentences == 3000  # all of newstest2013
+        assert c.train.bleu_every == 100_000 and c.decode.strategy == "beam"  # the paper's
         assert c.train.visualize_sentences == ()
 
 
@@ -57,6 +58,17 @@ def test_demo_scale_keeps_h_times_dk_equal_to_d_model():
         assert (c.model.num_layers, c.model.d_model, c.model.d_ff) == (3, 128, 512)
         assert c.scale == "demo" and c.data.name == "builtin" and c.train.num_steps == 450
         assert c.train.bleu_sentences == 300 and c.train.visualize_sentences == ()
+        assert c.train.bleu_every == 450 and c.decode.strategy == "greedy"  # as the demo
+
+
+def test_validation_bleu_is_at_the_last_step_after_overrides():
+    sweep = sweep_lib.load_experiment(str(HEADS))
+    point = sweep.points[0]
+    for overrides, every in [({"train.num_steps": 20}, 20),
+                             ({"train.bleu_sentences": 0}, 0),
+                             ({"train.num_steps": 20, "train.bleu_every": 5}, 5)]:
+        c, _ = sweep_lib.point_config(sweep, point, "demo", overrides)
+        assert c.train.bleu_every == every, overrides
 
 
 @pytest.mark.parametrize("variant,changed", [
@@ -196,7 +208,7 @@ def test_local_sweep_runs_in_parallel_resumes_and_skips_finished_points(tmp_path
     root = tmp_path / "root"
     shutil.copytree(first_root, root)
     more = {"train.num_steps": 20, "train.bleu_sentences": 0}
-    outcome = sweep_lib.run_sweep(sweep, str(root), "local", parallel=1, overrides=more)
+    outcome = sweep_lib.run_sweep(sweep, str(root), "local", parallel=2, overrides=more)
     assert outcome["base"] == outcome["D_ls0"] == "finished"
     for point in ("base", "D_ls0"):
         assert "resuming from step 10" in (root / point / "train.log").read_text()

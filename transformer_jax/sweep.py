@@ -185,12 +185,15 @@ def point_config(sweep: Sweep, point: Point, scale: str = "paper",
         c = ml_collections.ConfigDict(own.to_dict())
         if scale == "demo":
             scale_to_demo(c)
-        layers = [bleu_settings(c, scale), sweep.overrides,
+        layers = [bleu_settings(scale), sweep.overrides,
                   sweep.demo_overrides if scale == "demo" else {}, point.overrides,
                   overrides or {}]
         for layer in layers:
             for path, value in layer.items():
                 set_field(c, path, value)
+        if not any("train.bleu_every" in layer for layer in layers):
+            # Validation BLEU once, at the last step (known only now, after the overrides).
+            c.train.bleu_every = c.train.num_steps if c.train.bleu_sentences else 0
         c.train.visualize_sentences = ()  # sweeps draw no pictures
         config_lib.validate(c)
     except UserError as e:
@@ -198,12 +201,12 @@ def point_config(sweep: Sweep, point: Point, scale: str = "paper",
     return c, own
 
 
-def bleu_settings(c: ml_collections.ConfigDict, scale: str) -> dict[str, Any]:
-    """Validation BLEU once, at the last step, where the training loop offers it
-    (``train.bleu_every``); always BLEU of the test split's first sentences at the end."""
+def bleu_settings(scale: str) -> dict[str, Any]:
+    """End-of-run BLEU of the test split's first sentences, and no samples. At the demo scale
+    greedy, as in the demo: beam search would add minutes a point on a CPU."""
     settings = {"train.bleu_sentences": BLEU_SENTENCES[scale], "train.samples": 0}
-    if "bleu_every" in c.train:
-        settings["train.bleu_every"] = c.train.num_steps
+    if scale == "demo":
+        settings["decode.strategy"] = "greedy"
     return settings
 
 
