@@ -87,11 +87,12 @@ def tiny_overrides(data_dir, **more):
     return overrides
 
 
-# Three points of a tiny sweep: two that train and one that fails when it runs (its corpus
-# file does not exist).
-TINY_POINTS = ("Point('base', 0.1), Point('D_ls0', 0.0), "
-               "Point('base', 0.05, name='broken', overrides={'data.name': 'text', "
-               "'data.train_files': 'no/such/file.tsv'})")
+# A point that is valid but fails when it runs: its corpus files do not exist.
+BROKEN_POINT = ("Point('base', 0.05, name='broken', overrides={'data.name': 'text', "
+                "'data.train_files': 'no/such/file.tsv', 'data.eval_files': 'no/such/file.tsv', "
+                "'data.test_files': 'no/such/file.tsv'})")
+# Three points of a tiny sweep: two that train and the broken one.
+TINY_POINTS = f"Point('base', 0.1), Point('D_ls0', 0.0), {BROKEN_POINT}"
 
 
 def tiny_experiment(path, data_dir, points=TINY_POINTS):
