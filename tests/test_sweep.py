@@ -187,6 +187,21 @@ def test_print_launcher_writes_a_script_of_the_pending_commands(tmp_path):
                             "paper")
 
 
+def test_finished_points_are_skipped_and_the_others_run_again(tmp_path, capsys):
+    # No training: finished means final_metrics.json at the point's last step (450 at demo).
+    for point, step in [("A_h1", 450), ("A_h4", 150), ("base", 450)]:
+        (tmp_path / point).mkdir()
+        (tmp_path / point / "final_metrics.json").write_text(json.dumps({"step": step}))
+    outcome = sweep_lib.run_sweep(sweep_lib.load_experiment(str(HEADS)), str(tmp_path),
+                                  "print", "demo")
+    assert outcome == {"A_h1": "skipped: finished", "base": "skipped: finished",
+                       "A_h4": "printed", "A_h16": "printed", "A_h32": "printed"}
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["# A_h1: finished", "# base: finished"]
+    assert [line.split("--workdir=")[1].split()[0] for line in lines[2:]] == [
+        f"{tmp_path}/{p}" for p in ("A_h4", "A_h16", "A_h32")]
+
+
 @pytest.mark.slow  # about 2 min on 2 cores: tiny trainings in subprocesses (shared fixture)
 def test_local_sweep_runs_in_parallel_resumes_and_skips_finished_points(tmp_path, tiny_sweep):
     experiment, first_root, outcome = tiny_sweep
