@@ -241,8 +241,7 @@ def _notes(rows: Sequence[dict[str, Any]]) -> list[str]:
              "dev: the validation split (newstest2013 for WMT14); PPL per subword token, "
              "from the final evaluation."]
     if all(r["dev_bleu"] is None for r in rows):
-        notes.append("dev BLEU: not logged (the training loop logs validation BLEU where "
-                     "it offers train.bleu_every).")
+        notes.append("dev BLEU: not logged by these runs (train.bleu_every was 0).")
     sentences = sorted({r["bleu_sentences"] for r in rows if r["bleu_sentences"]})
     if sentences:
         notes.append(f"test BLEU: sacreBLEU of the first {', '.join(map(str, sentences))} "
