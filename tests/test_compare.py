@@ -78,7 +78,7 @@ def mixed_root(tiny_sweep, tmp_path_factory, builtin_data_dir):
     return root
 
 
-@pytest.mark.slow  # shares the tiny sweep's runs (about a minute on 2 cores)
+@pytest.mark.slow  # 6 s, after the shared tiny sweep's 3.5 min (on a busy 2-core machine)
 def test_report_marks_missing_failed_and_unfinished_points(mixed_root, tmp_path):
     out = tmp_path / "report"
     paths = compare.report(mixed_root, out)

@@ -202,7 +202,9 @@ def test_finished_points_are_skipped_and_the_others_run_again(tmp_path, capsys):
         f"{tmp_path}/{p}" for p in ("A_h4", "A_h16", "A_h32")]
 
 
-@pytest.mark.slow  # about 2 min on 2 cores: tiny trainings in subprocesses (shared fixture)
+# Tiny trainings in subprocesses: 75 s here after the shared tiny sweep's 3.5 min (both on a
+# busy 2-core machine; the fixture runs once for this file and test_compare.py).
+@pytest.mark.slow
 def test_local_sweep_runs_in_parallel_resumes_and_skips_finished_points(tmp_path, tiny_sweep):
     experiment, first_root, outcome = tiny_sweep
     sweep = sweep_lib.load_experiment(experiment)
