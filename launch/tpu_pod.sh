@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
-# A Cloud TPU VM pod slice: the same command on every worker. jax.distributed.initialize()
-# finds the other workers from the TPU environment.
+# A Cloud TPU VM pod slice: the same command on every worker, each told the coordinator
+# (worker 0), the number of workers and its own index, read from the TPU's metadata.
 #
-#   TPU=my-v4-32 ZONE=us-central2-b launch/tpu_pod.sh configs/big.py gs://bucket/runs/big \
+#   TPU=my-v4-32 ZONE=us-central2-b launch/tpu_pod.sh configs/big.py /mnt/runs/big \
 #       --config.model.dtype=bfloat16 --config.train.parallel=sharded
 #
-# Every worker needs the project installed (pip install -e . in REPO_DIR) and the prepared
-# TFDS data where --config.data.data_dir points (a GCS bucket works). Re-running resumes.
+# Every worker needs the project installed in REPO_DIR (default: ~/transformer_jax), the
+# prepared TFDS data where --config.data.data_dir points, and the workdir at the same path:
+# a file system all workers mount (a gcsfuse-mounted bucket or a Filestore share), since
+# workdirs are read and written as local paths. Re-running the same command resumes.
 set -euo pipefail
 : "${TPU:?set TPU to the TPU VM name}" "${ZONE:?set ZONE to its zone}"
 config=${1:?usage: $0 CONFIG WORKDIR [overrides...]}
 workdir=${2:?usage: $0 CONFIG WORKDIR [overrides...]}
 shift 2
 repo_dir=${REPO_DIR:-transformer_jax}
+# The workers' internal addresses, worker 0 first.
+IFS=';' read -r -a hosts <<< "$(gcloud compute tpus tpu-vm describe "$TPU" --zone="$ZONE" \
+  --format='value(networkEndpoints[].ipAddress)')"
 args=$(printf ' %q' --config="$config" --workdir="$workdir" "$@")
+if (( ${#hosts[@]} > 1 )); then
+  worker='$(curl -s -H Metadata-Flavor:Google http://metadata.google.internal/computeMetadata/v1/instance/attributes/agent-worker-number)'
+  args+=" --coordinator_address=${hosts[0]}:${PORT:-8476} --num_processes=${#hosts[@]}"
+  args+=" --process_id=$worker"
+fi
 gcloud compute tpus tpu-vm ssh "$TPU" --zone="$ZONE" --worker=all --command \
   "cd $repo_dir && ${PYTHON:-python3} -m transformer_jax.main$args"

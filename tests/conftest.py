@@ -16,3 +16,20 @@ def builtin_data_dir(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("tfds")
     sources.prepare_builtin(str(data_dir))
     return data_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(builtin_data_dir, tmp_path_factory):
+    """(experiment file, root) of helpers.TINY_POINTS run once by the local launcher, two at
+    a time: base and D_ls0 finished at step 10, broken failed. Copy the root to change it."""
+    from transformer_jax import sweep
+
+    from .helpers import ROOT, tiny_experiment
+
+    tmp_path = tmp_path_factory.mktemp("tiny_sweep")
+    experiment = tiny_experiment(tmp_path / "tiny.py", builtin_data_dir)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(ROOT)  # experiments name their config files relative to the repository
+        outcome = sweep.run_sweep(sweep.load_experiment(experiment), str(tmp_path / "root"),
+                                  "local", parallel=2)
+    return experiment, tmp_path / "root", outcome

@@ -1,4 +1,7 @@
-"""Shared test helpers: a tiny config on the built-in corpus."""
+"""Shared test helpers: a tiny config on the built-in corpus, as a config, as overrides and as
+a sweep."""
+
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -6,6 +9,7 @@ import numpy as np
 from transformer_jax import config as config_lib, train
 from transformer_jax.model import TransformerConfig
 
+ROOT = Path(__file__).resolve().parents[1]
 TINY = TransformerConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, d_k=8,
                          d_v=8, dropout_rate=0.0, max_len=32)
 
@@ -66,6 +70,40 @@ def run_steps(batches, eps=1e-9, parallel_kind="pmap", devices=1, model_parallel
     if with_grad_norms:
         return losses, executor.params(placed), norms
     return losses, executor.params(placed)
+
+
+def tiny_overrides(data_dir, **more):
+    """tiny_config as ``{"section.field": value}`` overrides, for sweeps and commands:
+    seconds-long runs on the built-in corpus, one device, no CPU-peak probe."""
+    overrides = {
+        "data.name": "builtin", "data.data_dir": str(data_dir), "data.vocab_size": 200,
+        "data.vocab_sample": 200_000, "data.max_len": 32, "data.tokens_per_batch": 16 * 32,
+        "model.num_layers": 1, "model.d_model": 32, "model.d_ff": 64, "model.max_len": 64,
+        "optim.warmup_steps": 20, "train.num_steps": 10, "train.log_every": 5,
+        "train.eval_every": 10, "train.eval_batches": 2, "train.checkpoint_every": 10,
+        "train.devices": 1, "train.peak_flops": 1e9, "train.bleu_sentences": 4,
+    }
+    overrides.update(more)
+    return overrides
+
+
+# A point that is valid but fails when it runs: its corpus files do not exist.
+BROKEN_POINT = ("Point('base', 0.05, name='broken', overrides={'data.name': 'text', "
+                "'data.train_files': 'no/such/file.tsv', 'data.eval_files': 'no/such/file.tsv', "
+                "'data.test_files': 'no/such/file.tsv'})")
+# Three points of a tiny sweep: two that train and the broken one.
+TINY_POINTS = f"Point('base', 0.1), Point('D_ls0', 0.0), {BROKEN_POINT}"
+
+
+def tiny_experiment(path, data_dir, points=TINY_POINTS):
+    """Writes an experiment file 'tiny' over label smoothing (eps_ls) with tiny_overrides;
+    ``points`` is the Python source of its Point(...)s. Returns the path as a string."""
+    path.write_text(
+        "from transformer_jax.sweep import Point, Sweep\n"
+        "def get_sweep(arg=None):\n"
+        f"    return Sweep('tiny', 'configs/table3.py', 'eps_ls', ({points}),\n"
+        f"                 overrides={tiny_overrides(data_dir)!r})\n")
+    return str(path)
 
 
 _TRAINED: dict[str, object] = {}
