@@ -2,10 +2,9 @@
 
 The paper drops 10% of every sub-layer output and of the embedding + position sums: 32 masks
 of [tokens, d_model] per step for the base model. With ``jax.random.bernoulli`` (threefry)
-drawing those masks took about a sixth of a base-model train step on a CPU, more than the
-output softmax. The ``"hash"`` mask instead hashes each element's index with two 32-bit
-seeds drawn from the layer's key (threefry still makes the seeds, and flax still folds the
-module path and step into the key):
+drawing those masks took about a seventh of the CPU time of a base-model train step. The
+``"hash"`` mask instead hashes each element's index with two 32-bit seeds drawn from the
+layer's key (threefry still makes the seeds; flax still folds the module path into the key):
 
     bits = mix(mix(index ^ seed0) + seed1),   keep = bits >= round(rate * 2^32)
 
