@@ -16,3 +16,14 @@ def builtin_data_dir(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("tfds")
     sources.prepare_builtin(str(data_dir))
     return data_dir
+
+
+def pytest_collection_modifyitems(config, items):
+    """The fault-injection suite (marker ``faults``, minutes long) runs only when selected
+    with ``-m faults`` (``make faults``), never as part of ``pytest`` or ``make test``."""
+    if "faults" in (config.getoption("markexpr") or ""):
+        return
+    deselected = [item for item in items if "faults" in item.keywords]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if "faults" not in item.keywords]
