@@ -110,6 +110,9 @@ def base_config() -> ml_collections.ConfigDict:
     d.max_len = 256  # tokens per sentence; longer pairs are counted and skipped
     d.tokens_per_batch = 25_000  # per side, per optimizer step, summed over devices
     d.packing = True
+    # The data is read in this many shards (0: one per process). The batches depend on it, not
+    # on the number of processes: set it to compare runs with different process counts.
+    d.num_shards = 0
     d.shuffle_seed = 0
 
     c.optim = o = ml_collections.ConfigDict()
@@ -254,7 +257,8 @@ INTS: dict[str, int] = {
         "train.checkpoint_every", "train.keep_checkpoints", "train.model_parallel",
         "train.max_nonfinite_in_a_row", "decode.beam_size", "decode.batch_size"], 1),
     **dict.fromkeys([
-        "model.d_k", "model.d_v", "model.num_kv_heads", "data.shuffle_seed", "train.seed",
+        "model.d_k", "model.d_v", "model.num_kv_heads", "data.num_shards",
+        "data.shuffle_seed", "train.seed",
         "train.eval_batches", "train.devices", "train.profile_steps", "train.profile_start",
         "train.bleu_sentences", "train.bleu_every", "train.samples", "decode.max_len_offset",
         "decode.top_k", "decode.seed"], 0),

@@ -275,7 +275,6 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
     from transformer_jax import cli
 
     cli.no_extra_args(argv)
-    cli.setup_logging()
     with cli.clean_errors():
         workdir = flags_["workdir"].value
         config = cli.workdir_config(workdir, cli.override_values(flags_["config"]),

@@ -328,7 +328,8 @@ class Run:
         batches = pipeline.eval_batches(self.eval_source, self.tokenizer,
                                         max_len=self.config.data.max_len, rows=self.rows,
                                         max_batches=self.config.train.eval_batches)
-        self.final = evaluate_loss(self.executor, self.state, batches)
+        self.final = evaluate_loss(self.executor, self.state, (
+            pipeline.process_rows(b, jax.process_index(), jax.process_count()) for b in batches))
         self.writer.write("eval", self.step // self.accum, self.final)
 
     def _save(self) -> None:

@@ -60,7 +60,6 @@ def write_lines(path: str, lines: list[str]) -> None:
 
 def main(argv: list[str], flags_: dict[str, Any]) -> None:
     cli.no_extra_args(argv)
-    cli.setup_logging()
     with cli.clean_errors():
         from tqdm import tqdm
 

@@ -496,7 +496,6 @@ def write_run_pictures(config: ml_collections.ConfigDict, model_config: Transfor
 
 def main(argv: list[str], flags: dict[str, Any]) -> None:
     cli.no_extra_args(argv)
-    cli.setup_logging()
     with cli.clean_errors():
         if not flags["src"].value.strip():
             raise UserError("--src is empty; give a sentence to run through the model")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -185,13 +186,14 @@ class BatchShape:
 
 
 def batch_shape(tokens_per_batch: int, max_len: int, grad_accum_steps: int = 1,
-                num_devices: int = 1, process_count: int = 1) -> BatchShape:
+                num_devices: int = 1, process_count: int = 1, num_shards: int = 0) -> BatchShape:
     """The rows per micro-batch for about ``tokens_per_batch`` slots per optimizer step.
 
-    ``num_devices`` is the devices per process; every device gets the same whole rows.
+    ``num_devices`` is the devices per process; every device gets the same whole rows, and
+    so does every data shard (``num_shards``, 0: one per process).
     """
     rows = rows_per_batch(tokens_per_batch / grad_accum_steps, max_len,
-                          num_devices * process_count)
+                          math.lcm(num_devices * process_count, num_shards or process_count))
     return BatchShape(rows, max_len, grad_accum_steps, process_count)
 
 
@@ -207,21 +209,42 @@ def epoch_order(num_pairs: int, seed: int, process_index: int = 0,
 
 def train_data(source: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_len: int,
                rows: int, seed: int, packing: bool = True, process_index: int = 0,
-               process_count: int = 1, chunk_pairs: int = CHUNK_PAIRS) -> TrainData:
+               process_count: int = 1, num_shards: int = 0,
+               chunk_pairs: int = CHUNK_PAIRS) -> TrainData:
     """An endless, shuffled (reshuffled every epoch), packed stream of training batches.
 
-    ``rows`` is the number of rows per batch on this process. Pairs are taken in the
-    order of :func:`epoch_order`, ``chunk_pairs`` at a time, and packed chunk by chunk.
+    ``rows`` is the number of rows per batch on this process. The data is cut into
+    ``num_shards`` shards (0: one per process), shard s holding every num_shards-th pair from
+    s; process p reads shards p, p + process_count, ... and its batch is their batches side
+    by side. The global batch therefore depends on the seed and the number of shards, not on
+    how many processes read them: 1 process reading 2 shards sees what 2 processes see.
+    Pairs of a shard are taken in the order of :func:`epoch_order`, ``chunk_pairs`` at a
+    time, and packed chunk by chunk.
     """
+    num_shards = num_shards or process_count
+    if num_shards % process_count:
+        raise DataError(f"data.num_shards={num_shards} must be a multiple of the "
+                        f"{process_count} processes")
+    mine = list(range(process_index, num_shards, process_count))
+    if rows % len(mine):
+        raise DataError(f"{rows} rows per process do not split over its {len(mine)} shards")
     length_filter = LengthFilter(max_len)
-    chunks = epoch_order(len(source), seed, process_index, process_count).repeat(None)
-    # drop_remainder: an endless stream has none, and it keeps the length an exact integer.
-    chunks = chunks.batch(chunk_pairs, drop_remainder=True).map_with_index(
-        PackChunk(source, tokenizer, max_len, packing=packing, length_filter=length_filter,
-                  seed=seed))
-    batches = grain.experimental.RebatchIterDataset(
-        chunks.to_iter_dataset(_read_options()).filter(_has_rows), batch_size=rows,
-        drop_remainder=True)
+
+    def shard(index: int) -> grain.IterDataset:
+        chunks = epoch_order(len(source), seed, index, num_shards).repeat(None)
+        # drop_remainder: an endless stream has none; it keeps the length an exact integer.
+        chunks = chunks.batch(chunk_pairs, drop_remainder=True).map_with_index(
+            PackChunk(source, tokenizer, max_len, packing=packing, length_filter=length_filter,
+                      seed=seed))
+        return grain.experimental.RebatchIterDataset(
+            chunks.to_iter_dataset(_read_options()).filter(_has_rows),
+            batch_size=rows // len(mine), drop_remainder=True)
+
+    if len(mine) == 1:
+        batches = shard(mine[0])
+    else:
+        batches = grain.experimental.ZipIterDataset([shard(i) for i in mine]).map(
+            lambda parts: {k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
     return TrainData(iter(batches), length_filter, rows)
 
 
@@ -251,6 +274,16 @@ def eval_batches(source: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max
             logging.warning("%s: %d pair(s) longer than data.max_len=%d tokens truncated for "
                             "evaluation", getattr(source, "name", "evaluation split"),
                             pack_chunk.truncated, max_len)
+
+
+def process_rows(batch: dict[str, np.ndarray], process_index: int,
+                 process_count: int) -> dict[str, np.ndarray]:
+    """This process's share of a global batch that every process built alike (evaluation):
+    the rows its devices hold."""
+    if process_count == 1:
+        return batch
+    rows = len(batch["inputs"]) // process_count
+    return {k: v[process_index * rows:(process_index + 1) * rows] for k, v in batch.items()}
 
 
 def padding_fraction(batch: dict[str, np.ndarray]) -> float:
@@ -337,7 +370,7 @@ def data_for(config: Any, workdir: str | Path, num_devices: int, process_index: 
     if isinstance(train_source, text.TextPairs):
         report_long_pairs(train_source, tokenizer, d.max_len)
     shape = batch_shape(d.tokens_per_batch, d.max_len, config.optim.grad_accum_steps,
-                        num_devices, process_count)
+                        num_devices, process_count, d.num_shards)
     miss = shape.slots_per_step / d.tokens_per_batch - 1
     log = logging.warning if abs(miss) > TOKENS_PER_BATCH_TOLERANCE else logging.info
     log("batches: %d rows x %d slots x %d accumulation steps = %d slots per side per step "
@@ -346,5 +379,5 @@ def data_for(config: Any, workdir: str | Path, num_devices: int, process_index: 
         100 * miss, num_devices, process_count)
     train = train_data(train_source, tokenizer, max_len=d.max_len, rows=shape.local_rows,
                        seed=d.shuffle_seed, packing=d.packing, process_index=process_index,
-                       process_count=process_count)
+                       process_count=process_count, num_shards=d.num_shards)
     return Data(tokenizer, train, shape.rows, shape)

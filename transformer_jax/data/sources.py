@@ -18,8 +18,10 @@ indexing, which is what grain needs for deterministic, resumable shuffling.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import tensorflow_datasets as tfds
@@ -119,13 +121,23 @@ def data_dir_of(data_config: Any) -> str | None:
 
 
 def prepare_builtin(data_dir: str | None) -> None:
-    """Writes the built-in corpus as array_record if it is not there yet (a few seconds)."""
+    """Writes the built-in corpus as array_record if it is not there yet (a few seconds).
+
+    Several processes may ask at once (the hosts of a multi-process run, the points of a
+    sweep): a lock file lets one write it while the others wait.
+    """
     builder = BuiltinCorpus(data_dir=data_dir, file_format="array_record")
     if builder.is_prepared():
         return
-    tfds.disable_progress_bar()
-    builder.download_and_prepare(
-        download_config=tfds.download.DownloadConfig(verify_ssl=False))
+    lock_dir = Path(data_dir or os.path.expanduser("~/tensorflow_datasets"))
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / ".builtin_corpus.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        builder = BuiltinCorpus(data_dir=data_dir, file_format="array_record")
+        if not builder.is_prepared():
+            tfds.disable_progress_bar()
+            builder.download_and_prepare(
+                download_config=tfds.download.DownloadConfig(verify_ssl=False))
 
 
 TEXT_FIELDS = {"train": "train_files", "validation": "eval_files", "test": "test_files"}
