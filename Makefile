@@ -33,6 +33,10 @@ test: venv
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow"
 
+# The fault-injection suite (kill -9 at random moments, then resume); not part of `make test`.
+faults: venv
+	$(PY) -m pytest -q -m faults
+
 lint: venv
 	$(VENV)/bin/ruff check transformer_jax configs experiments tests launch
 

@@ -33,3 +33,14 @@ def tiny_sweep(builtin_data_dir, tmp_path_factory):
         outcome = sweep.run_sweep(sweep.load_experiment(experiment), str(tmp_path / "root"),
                                   "local", parallel=2)
     return experiment, tmp_path / "root", outcome
+
+
+def pytest_collection_modifyitems(config, items):
+    """The fault-injection suite (marker ``faults``, minutes long) runs only when selected
+    with ``-m faults`` (``make faults``), never as part of ``pytest`` or ``make test``."""
+    if "faults" in (config.getoption("markexpr") or ""):
+        return
+    deselected = [item for item in items if "faults" in item.keywords]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if "faults" not in item.keywords]

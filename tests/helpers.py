@@ -4,6 +4,7 @@ a sweep."""
 from pathlib import Path
 
 import jax
+import ml_collections
 import numpy as np
 
 from transformer_jax import config as config_lib, train
@@ -30,6 +31,20 @@ def tiny_config(data_dir, **train):
                    checkpoint_every=10, devices=1)
     c.train.update(train)
     return c
+
+
+def command_line(config, base="base", dataset="builtin"):
+    """``--config=...`` and the ``--config.FIELD=VALUE`` flags that give ``config`` on the
+    command line: one per field that differs from the named variant's."""
+    reference = config_lib.build(base, dataset)
+    flags = [f"--config=configs/base.py:{base},dataset={dataset}"]
+    for section, fields in config.items():
+        if not isinstance(fields, ml_collections.ConfigDict):
+            continue
+        for field, value in fields.items():
+            if value != reference[section][field]:
+                flags.append(f"--config.{section}.{field}={value}")
+    return flags
 
 
 def random_batch(rows, length, seed, fixed_lengths=None):

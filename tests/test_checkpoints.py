@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from transformer_jax import checkpoints, config as config_lib, train
-from transformer_jax.errors import UserError
+from transformer_jax.errors import TrainingStopped, UserError
 from transformer_jax.model import TransformerConfig
 
 TINY = TransformerConfig(vocab_size=40, num_layers=1, d_model=16, d_ff=32, num_heads=2, d_k=8,
@@ -70,3 +70,111 @@ def test_averaging_more_checkpoints_than_kept_is_refused(tmp_path, state):
 def test_the_papers_averaging_is_kept_by_default():
     assert config_lib.build("base").train.keep_checkpoints == 5
     assert config_lib.build("big").train.keep_checkpoints == 20
+
+
+# ----------------------------------------------------------------------------------------
+# Damaged checkpoints: reported in one line, moved aside, the previous one restored
+
+
+def biggest_file(directory):
+    return max((p for p in directory.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+
+
+def truncate(path):
+    """Cuts the file (or the biggest file under the directory) ``path`` in half."""
+    path = biggest_file(path) if path.is_dir() else path
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+
+
+def overwrite(path):
+    """Overwrites 64 bytes in the middle of the biggest file under ``path``."""
+    path = biggest_file(path)
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(range(64))
+    path.write_bytes(bytes(data))
+
+
+def lose_item(directory):
+    for p in sorted(directory.rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+
+
+def file_count(directory):
+    return sum(1 for p in directory.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("damage,item", [
+    (truncate, "state/ocdbt.process_0/d"),  # the arrays' data
+    (overwrite, "state/ocdbt.process_0/d"),
+    (truncate, "state/_METADATA"),  # the tree's structure
+    (lose_item, "meta"),
+])
+def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_one_restored(
+        tmp_path, state, caplog, damage, item):
+    ckpts = save_all(tmp_path, state, {10: scaled(state.params, 2.0),
+                                       20: scaled(state.params, 3.0)})
+    damage(tmp_path / "checkpoints" / "20" / item)
+    files = file_count(tmp_path / "checkpoints" / "20")
+    caplog.set_level("WARNING")
+    step, restored, meta = ckpts.restore_latest(state)
+    assert step == 10 and meta == {"vocab_size": TINY.vocab_size}
+    for a, b in zip(jax.tree.leaves(restored.params),
+                    jax.tree.leaves(scaled(state.params, 2.0)), strict=True):
+        np.testing.assert_array_equal(a, b)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "\n" not in warnings[0]
+    assert warnings[0].startswith("checkpoint 20 is damaged (")
+    assert warnings[0].endswith(f"moved to {tmp_path / 'checkpoints' / '20.corrupt-1'}, nothing "
+                                "deleted; falling back to checkpoint 10")
+    # Nothing deleted: the damaged files are all there, under a name orbax does not list.
+    assert file_count(tmp_path / "checkpoints" / "20.corrupt-1") == files
+    assert ckpts.all_steps() == [10]
+    ckpts.save(20, state, None, {"vocab_size": TINY.vocab_size})  # the step can be redone
+    ckpts.wait()
+    assert ckpts.all_steps() == [10, 20]
+    ckpts.close()
+
+
+def test_with_every_checkpoint_damaged_the_run_starts_afresh(tmp_path, state, caplog):
+    ckpts = save_all(tmp_path, state, {10: state.params})
+    truncate(tmp_path / "checkpoints" / "10" / "state" / "_METADATA")
+    caplog.set_level("WARNING")
+    assert ckpts.restore_latest(state) is None
+    assert caplog.records[-1].getMessage().endswith("no earlier checkpoint, starting afresh")
+    assert (tmp_path / "checkpoints" / "10.corrupt-1").is_dir()
+    ckpts.close()
+
+
+def test_a_checkpoint_of_another_model_is_refused_not_set_aside(tmp_path, state):
+    ckpts = save_all(tmp_path, state, {10: state.params})
+    wider = train.create_train_state(config_lib.build("base"), TINY.replace(d_ff=64),
+                                     jax.random.key(0))
+    with pytest.raises(UserError, match=r"was written by another model: .* has shape \(32,\) "
+                                        r"there but \(64,\) in this config"):
+        ckpts.restore_latest(wider)
+    assert ckpts.all_steps() == [10]
+    ckpts.close()
+
+
+def test_a_state_holding_nan_is_never_saved(tmp_path, state):
+    ckpts = checkpoints.Checkpoints(tmp_path, keep=5)
+    poisoned = state.replace(params=jax.tree.map(lambda x: x.at[(0,) * x.ndim].set(jnp.nan),
+                                                 state.params))
+    with pytest.raises(TrainingStopped, match="the train state at step 10 holds NaN or Inf and "
+                                              "was not saved"):
+        ckpts.save(10, poisoned, None, {"vocab_size": TINY.vocab_size})
+    ckpts.wait()
+    assert ckpts.all_steps() == []
+    ckpts.close()
+
+
+def test_checksums_do_not_depend_on_the_layout_and_catch_one_changed_bit(state):
+    sums, finite = checkpoints.integrity(state)
+    assert finite and {"step", "params/decoder/layer_0/ffn/w1/kernel"} <= set(sums)
+    assert checkpoints.integrity(jax.tree.map(np.asarray, state)) == (sums, True)  # on host
+    params = jax.tree.map(np.array, state.params)
+    params["decoder"]["layer_0"]["ffn"]["w1"]["kernel"].view(np.uint32)[3, 5] ^= 1  # one bit
+    changed = checkpoints.integrity(params)[0]
+    before = checkpoints.integrity(state.params)[0]
+    assert {k for k in before if changed[k] != before[k]} == {"decoder/layer_0/ffn/w1/kernel"}

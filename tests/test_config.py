@@ -1,12 +1,15 @@
 """Configs: the paper's values, every Table 3 variant, and one-line refusals of bad values."""
 
+import math
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import ml_collections
 import pytest
 
-from transformer_jax import config as config_lib
+from transformer_jax import config as config_lib, train
 from transformer_jax.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,3 +160,70 @@ def test_decoding_defaults_are_the_papers_and_bad_values_are_refused():
         c[section][field] = value
         with pytest.raises(ConfigError, match=message):
             config_lib.validate(c)
+
+
+def leaf_fields(c, prefix=""):
+    """Every field of a config as a dotted path."""
+    for key, value in c.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, ml_collections.ConfigDict):
+            yield from leaf_fields(value, f"{path}.")
+        else:
+            yield path
+
+
+def set_field(c, path, value):
+    node = c
+    *sections, field = path.split(".")
+    for section in sections:
+        node = node[section]
+    node[field] = value
+
+
+def test_every_field_has_a_check():
+    checked = (set(config_lib.STRINGS) | set(config_lib.BOOLS) | set(config_lib.INTS)
+               | set(config_lib.FLOATS) | set(config_lib.CHOICES) | {"train.visualize_sentences"})
+    assert set(leaf_fields(config_lib.build("base"))) == checked
+
+
+@pytest.mark.parametrize("path", sorted(leaf_fields(config_lib.build("base"))))
+def test_every_field_refuses_a_missing_value_naming_itself(path):
+    c = config_lib.build("base")
+    set_field(c, path, None)  # the one wrong type a config file can always set
+    with pytest.raises(ConfigError, match=f"^{re.escape(path)}=None must be |^{re.escape(path)}"
+                                          "=None is not one of "):
+        config_lib.validate(c)
+
+
+def out_of_range():
+    """(field, a value outside its range, the message) for every integer and float field."""
+    for path, low in config_lib.INTS.items():
+        yield path, low - 1, f"{path}={low - 1} must be an integer >= {low}"
+    for path, (low, high, low_open, high_open) in config_lib.FLOATS.items():
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        below = low if low_open else low - 0.5
+        yield path, below, f"{path}={below} must be a number in {interval}"
+        if high != math.inf:
+            above = high if high_open else high + 0.5
+            yield path, above, f"{path}={above} must be a number in {interval}"
+        yield path, math.nan, f"{path}=nan must be a number in {interval}"
+    for path, choices in config_lib.CHOICES.items():
+        yield path, "nonsense", f"{path}='nonsense' is not one of {', '.join(choices)}"
+
+
+@pytest.mark.parametrize("path,value,message", list(out_of_range()))
+def test_every_value_out_of_range_is_refused_naming_the_field_and_the_range(path, value,
+                                                                            message):
+    c = config_lib.build("base")
+    set_field(c, path, value)
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        config_lib.validate(c)
+
+
+def test_bad_values_are_refused_before_anything_is_compiled(tmp_path):
+    c = config_lib.build("base")
+    c.train.max_nonfinite_in_a_row = 0
+    with pytest.raises(ConfigError, match=r"^train.max_nonfinite_in_a_row=0 must be an integer "
+                                          ">= 1$"):
+        train.train_and_evaluate(c, tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # not even the workdir was made

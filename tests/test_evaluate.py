@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from transformer_jax import cli, config as config_lib, decode, evaluate, train
+from transformer_jax import cli, config as config_lib, decode, evaluate, logs, train
 from transformer_jax.data import pipeline, sources
 from transformer_jax.errors import UserError
 from transformer_jax.model import TransformerConfig
@@ -179,8 +179,7 @@ def test_evaluate_command(workdir):
 
 def test_training_logs_validation_bleu(workdir):
     bleu = {}
-    for line in (workdir / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
+    for record in logs.read_metrics(workdir):
         if record["split"] == "eval" and "bleu" in record:
             bleu[record["step"]] = record["bleu"]
     assert sorted(bleu) == [10, 20, 30]  # train.bleu_every = 10

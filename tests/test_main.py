@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_jax import train
+from transformer_jax import logs, train
 
 from .helpers import tiny_config
 
@@ -17,8 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def logged(workdir, split="train", key="loss"):
     """{step: value} from metrics.jsonl, the last line for a step winning."""
     out = {}
-    for line in (Path(workdir) / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
+    for record in logs.read_metrics(workdir):
         if record["split"] == split:
             out[record["step"]] = record[key]
     return out

@@ -5,9 +5,11 @@ import importlib
 import logging
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from transformer_jax import config as config_lib, train
 from transformer_jax.data import corpus, pipeline, sources, text
@@ -182,3 +184,50 @@ def test_the_main_command_names_the_bad_file(tmp_path):
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "train.de has 2 lines but" in last
     assert "line 3 of" in last
+
+
+# ----------------------------------------------------------------------------------------
+# Any bytes at all (hypothesis): no exception but DataError, and every line accounted for
+
+# Lines as users' files hold them: any text without a newline (non-Latin scripts, control
+# characters, blanks), very long lines, and bytes that are not UTF-8.
+ANY_TEXT = st.text(st.characters(exclude_characters="\n"), max_size=40)
+LINES = st.one_of(
+    ANY_TEXT,
+    st.sampled_from(["", " ", "\t \r", "\u3000", "Привет мир", "こんにちは世界", "مرحبا",
+                     "a\x00b\x07c\x1b[0m", "\u202eright-to-left", "\ufeffbom"]),
+    st.builds(lambda piece, n: piece * n, st.text(min_size=1, max_size=3).filter(
+        lambda s: "\n" not in s), st.integers(2000, 6000)),
+    st.binary(max_size=20).filter(lambda b: b"\n" not in b),
+)
+
+
+def _expected(line, first):
+    """What the reader keeps of one line: None if it cannot be decoded, else stripped text."""
+    raw = line if isinstance(line, bytes) else line.encode("utf-8")
+    if first:
+        raw = raw.removeprefix(b"\xef\xbb\xbf")
+    try:
+        return raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        return None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(LINES, LINES), min_size=1, max_size=8))
+def test_any_lines_are_read_or_refused_in_one_line_and_all_are_counted(line_pairs):
+    with tempfile.TemporaryDirectory() as directory:
+        spec = two_files(Path(directory), [s for s, _ in line_pairs], [t for _, t in line_pairs])
+        expected = [(_expected(s, i == 0), _expected(t, i == 0))
+                    for i, (s, t) in enumerate(line_pairs)]
+        kept = [(s, t) for s, t in expected if s and t]
+        try:
+            pairs = text.load_pairs(spec)
+        except DataError as e:
+            assert not kept and "\n" not in str(e) and "no usable sentence pair" in str(e)
+            return
+    report = pairs.report
+    assert report.total_lines == len(line_pairs) == report.kept + report.skipped
+    assert list(pairs) == kept
+    assert [n - 1 for n in pairs.line_numbers] == [
+        i for i, (s, t) in enumerate(expected) if s and t]

@@ -4,8 +4,10 @@ multi-host run trained by process 0 while the others wait for its file."""
 import logging
 import threading
 import time
+import unicodedata
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from transformer_jax.data import corpus, tokenizer as tokenizer_lib
 
@@ -93,3 +95,44 @@ def test_over_long_sample_sentences_are_left_out_and_counted(tmp_path, caplog):
         tokenizer_lib.train_tokenizer(texts, 100, tmp_path / "spm.model",
                                       max_sentence_length=200)
     assert "left 2 sentence(s) longer than 200 bytes out of the vocabulary sample" in caplog.text
+
+
+# ----------------------------------------------------------------------------------------
+# Round trips (hypothesis)
+
+# Words of the corpus's own characters: text the vocabulary covers entirely.
+CORPUS_CHARS = sorted({ch for pair in PAIRS for side in pair for ch in side if not ch.isspace()})
+CORPUS_TEXT = st.lists(st.text(st.sampled_from(CORPUS_CHARS), min_size=1, max_size=12),
+                       min_size=1, max_size=20).map(" ".join)
+
+
+@settings(max_examples=50, deadline=None)
+@given(CORPUS_TEXT)
+def test_text_of_the_corpus_characters_survives_the_round_trip_exactly(trained, sentence):
+    _, tok = trained
+    ids = tok.encode(sentence)
+    assert ids[-1] == tokenizer_lib.EOS_ID and tokenizer_lib.UNK_ID not in ids
+    assert tok.decode(ids) == sentence
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.one_of(
+    st.text(max_size=60),
+    st.sampled_from(["", "   ", "\t\r\x0b", "Привет, мир", "東京は晴れ", "שלום", "🙂🙃",
+                     "a\x00b\x07\x1b[31m", "x" * 3000])), max_size=6))
+def test_any_text_encodes_and_decodes_one_sentence_per_input(trained, sentences):
+    _, tok = trained
+    batch = tok.encode_batch(sentences)
+    assert len(batch) == len(sentences)
+    for sentence, ids in zip(sentences, batch, strict=True):
+        assert ids == tok.encode(sentence) and ids[-1] == tokenizer_lib.EOS_ID
+        assert all(0 <= i < tok.vocab_size for i in ids)
+        assert tokenizer_lib.PAD_ID not in ids and tokenizer_lib.EOS_ID not in ids[:-1]
+        decoded = tok.decode(ids)
+        # NFKC-normalised text of characters the vocabulary knows comes back with its runs
+        # of white space folded into one space; unknown characters come back as a mark.
+        words = unicodedata.normalize("NFKC", sentence).split()
+        if set("".join(words)) <= set(CORPUS_CHARS):
+            assert decoded == " ".join(words)
+        else:
+            assert tokenizer_lib.UNK_ID in ids and "\u2047" in decoded

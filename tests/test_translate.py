@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from transformer_jax import cli, decode, evaluate, translate
 from transformer_jax.data import sources
@@ -103,3 +104,44 @@ def test_read_lines_takes_crlf_a_byte_order_mark_and_a_missing_final_newline(tmp
     path = tmp_path / "src.txt"
     path.write_bytes(b"\xef\xbb\xbfone\r\n\r\ntwo\n  \nthree")
     assert translate.read_lines(str(path)) == ["one", "", "two", "  ", "three"]
+
+
+# ----------------------------------------------------------------------------------------
+# Any input (hypothesis): one output line per input line, never an unhandled exception
+
+INPUT_LINES = st.one_of(
+    st.text(st.characters(exclude_characters="\n"), max_size=30),
+    st.sampled_from(["", " ", "\t \r", "\u3000\u00a0", "Привет, мир", "東京は晴れです",
+                     "مرحبا بالعالم", "a\x00b\x07c\x1b[0m\x0c\x1c", "line\u2028separator",
+                     "\u0085next\x0bline"]),
+    st.builds(lambda word, n: " ".join([word] * n), st.sampled_from(["the", "Zug", "猫"]),
+              st.integers(500, 2000)),  # far beyond the model's 64 positions
+)
+
+
+@pytest.fixture(scope="module")
+def loaded(workdir):
+    config = cli.workdir_config(workdir)
+    return evaluate.load_workdir(workdir, config)
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(INPUT_LINES, max_size=5), st.booleans())
+def test_any_input_gives_one_translation_line_per_line(loaded, tmp_path, lines, final_newline):
+    source, target = tmp_path / "in.txt", tmp_path / "out.txt"
+    # The last line ends with a newline if asked or if it is empty (else it would not be one).
+    ends = bool(lines) and (final_newline or lines[-1] == "")
+    source.write_bytes(("\n".join(lines) + ("\n" if ends else "")).encode("utf-8"))
+    sentences = translate.read_lines(str(source))
+    assert len(sentences) == len(lines)
+    # Greedy, one sentence a batch, a short output: one compilation per length bucket.
+    decoding = decode.DecodeConfig(strategy="greedy", batch_size=1, max_len_offset=4)
+    translations = evaluate.translate(loaded.params, loaded.model_config, loaded.tokenizer,
+                                      sentences, decoding)
+    translate.write_lines(str(target), translations)
+    written = target.read_bytes()
+    assert written.count(b"\n") == len(lines) and (not written or written.endswith(b"\n"))
+    assert translate.read_lines(str(target)) == translations
+    for sentence, translation in zip(sentences, translations, strict=True):
+        assert translation == "" if not sentence.strip() else isinstance(translation, str)

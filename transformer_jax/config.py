@@ -63,6 +63,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.dropout_impl": ("hash", "jax"),
     "data.name": DATASETS,
     "train.parallel": ("pmap", "sharded"),
+    "train.nonfinite": ("skip", "stop"),
     "decode.strategy": ("greedy", "beam", "sample"),
 }
 
@@ -149,6 +150,12 @@ def base_config() -> ml_collections.ConfigDict:
     # Indices into the test split: attention pictures of these sentences are written to
     # <workdir>/pictures at the end of training (visualize.py); () writes none.
     t.visualize_sentences = ()
+    # A step whose loss or gradients are not finite changes nothing and is counted. "stop"
+    # ends the run after max_nonfinite_in_a_row such steps in a row (a run that has
+    # diverged), "skip" never stops. The paper says nothing; one bad step should not kill
+    # a week-long run, and a diverged one should not train on for days.
+    t.nonfinite = "stop"
+    t.max_nonfinite_in_a_row = 10
 
     c.decode = dc = ml_collections.ConfigDict()
     dc.strategy = "beam"  # or "greedy", or "sample" (not in the paper)
@@ -234,32 +241,53 @@ def derived_dims(m: ml_collections.ConfigDict) -> tuple[int, int]:
 def _get(c: ml_collections.ConfigDict, path: str) -> Any:
     node = c
     for part in path.split("."):
+        if part not in node:
+            raise ConfigError(f"the config has no field {path}")
         node = node[part]
     return node
 
 
-def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """Checks every field the code relies on; returns ``c`` or raises ConfigError."""
-    positive_ints = [
+# Fields holding strings without a fixed set of values ("" allowed where it means a default).
+STRINGS = ("variant", "scale", "data.data_dir", "data.source_lang", "data.target_lang",
+           "data.train_files", "data.eval_files", "data.test_files")
+BOOLS = ("model.share_embeddings", "model.remat", "data.packing")
+# Integer fields and their lowest allowed value.
+INTS: dict[str, int] = {
+    **dict.fromkeys([
         "model.num_layers", "model.d_model", "model.d_ff", "model.num_heads", "model.max_len",
-        "model.block_size", "model.local_window",
-        "data.vocab_size", "data.max_len", "data.tokens_per_batch", "data.vocab_sample",
-        "optim.warmup_steps", "optim.grad_accum_steps", "train.num_steps", "train.log_every",
-        "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
-        "decode.beam_size", "decode.batch_size",
-    ]
-    for path in positive_ints:
-        _check_int(c, path, low=1)
-    for path in ["model.d_k", "model.d_v", "model.num_kv_heads", "train.eval_batches",
-                 "train.bleu_sentences", "train.samples", "decode.max_len_offset", "train.seed",
-                 "data.shuffle_seed", "data.num_shards", "train.devices", "train.profile_steps",
-                 "train.profile_start", "train.bleu_every", "decode.top_k", "decode.seed"]:
-        _check_int(c, path, low=0)
-    sentences = c.train.visualize_sentences
-    if not isinstance(sentences, tuple | list) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in sentences):
-        raise ConfigError(f"train.visualize_sentences={sentences!r} must be a tuple of "
-                          "test-split indices >= 0, e.g. (49, 181)")
+        "model.block_size", "model.local_window", "data.vocab_size", "data.max_len",
+        "data.tokens_per_batch", "data.vocab_sample", "optim.warmup_steps",
+        "optim.grad_accum_steps", "train.num_steps", "train.log_every", "train.eval_every",
+        "train.checkpoint_every", "train.keep_checkpoints", "train.model_parallel",
+        "train.max_nonfinite_in_a_row", "decode.beam_size", "decode.batch_size"], 1),
+    **dict.fromkeys([
+        "model.d_k", "model.d_v", "model.num_kv_heads", "data.num_shards",
+        "data.shuffle_seed", "train.seed",
+        "train.eval_batches", "train.devices", "train.profile_steps", "train.profile_start",
+        "train.bleu_sentences", "train.bleu_every", "train.samples", "decode.max_len_offset",
+        "decode.top_k", "decode.seed"], 0),
+}
+# Float fields: (low, high, low_open, high_open).
+FLOATS: dict[str, tuple[float, float, bool, bool]] = {
+    "model.dropout_rate": (0.0, 1.0, False, True),
+    "model.attention_dropout_rate": (0.0, 1.0, False, True),
+    "train.label_smoothing": (0.0, 1.0, False, True),
+    "optim.b1": (0.0, 1.0, False, True),
+    "optim.b2": (0.0, 1.0, False, True),
+    "optim.eps": (0.0, math.inf, True, False),
+    "optim.lr_scale": (0.0, math.inf, True, False),
+    "decode.alpha": (0.0, math.inf, False, False),
+    "decode.temperature": (0.0, math.inf, False, False),
+    "decode.top_p": (0.0, 1.0, True, False),
+    "train.peak_flops": (0.0, math.inf, False, False),
+}
+
+
+def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Checks every field the code relies on; returns ``c`` or raises ConfigError naming the
+    field and what it allows. Each field alone first (type, range, choices), then the
+    fields that constrain each other."""
+    _check_fields(c)
     m = c.model
     for field in ("d_k", "d_v"):
         if m[field] == 0 and m.d_model % m.num_heads:
@@ -271,28 +299,12 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         raise ConfigError(f"model.num_kv_heads={m.num_kv_heads} must divide "
                           f"model.num_heads={m.num_heads} (each key/value head serves a group "
                           "of query heads)")
-    for path in ["model.dropout_rate", "model.attention_dropout_rate"]:
-        _check_float(c, path, 0.0, 1.0, high_open=True)
-    _check_float(c, "train.label_smoothing", 0.0, 1.0, high_open=True)
-    _check_float(c, "optim.b1", 0.0, 1.0, high_open=True)
-    _check_float(c, "optim.b2", 0.0, 1.0, high_open=True)
-    _check_float(c, "optim.eps", 0.0, math.inf, low_open=True)
-    _check_float(c, "optim.lr_scale", 0.0, math.inf, low_open=True)
-    _check_float(c, "decode.alpha", 0.0, math.inf)
-    _check_float(c, "train.peak_flops", 0.0, math.inf)
-    _check_int(c, "train.model_parallel", low=1)
     if c.train.model_parallel > 1 and c.train.parallel != "sharded":
         raise ConfigError(f"train.model_parallel={c.train.model_parallel} needs "
                           "train.parallel='sharded'")
-    _check_float(c, "decode.temperature", 0.0, math.inf)
-    _check_float(c, "decode.top_p", 0.0, 1.0, low_open=True)
     if c.train.bleu_every and not c.train.bleu_sentences:
         raise ConfigError(f"train.bleu_every={c.train.bleu_every} needs train.bleu_sentences "
                           ">= 1 (the validation sentences to decode)")
-    for path, choices in CHOICES.items():
-        value = _get(c, path)
-        if value not in choices:
-            raise ConfigError(f"{path}={value!r} is not one of {', '.join(choices)}")
     if m.attention != "dense" and m.attention_dropout_rate > 0:
         raise ConfigError(f"model.attention_dropout_rate={m.attention_dropout_rate} needs "
                           f"model.attention='dense'; the {m.attention!r} kernel has no dropout "
@@ -307,6 +319,31 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if c.data.name == "text":
         _check_text_files(c)
     return c
+
+
+def _check_fields(c: ml_collections.ConfigDict) -> None:
+    """Every field on its own: its type, and its range or choices."""
+    for path in STRINGS:
+        value = _get(c, path)
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}={value!r} must be a string")
+    for path in BOOLS:
+        value = _get(c, path)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}={value!r} must be True or False")
+    for path, low in INTS.items():
+        _check_int(c, path, low)
+    for path, (low, high, low_open, high_open) in FLOATS.items():
+        _check_float(c, path, low, high, low_open, high_open)
+    for path, choices in CHOICES.items():
+        value = _get(c, path)
+        if not isinstance(value, str) or value not in choices:
+            raise ConfigError(f"{path}={value!r} is not one of {', '.join(choices)}")
+    sentences = c.train.visualize_sentences
+    if not isinstance(sentences, tuple | list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in sentences):
+        raise ConfigError(f"train.visualize_sentences={sentences!r} must be a tuple of "
+                          "test-split indices >= 0, e.g. (49, 181)")
 
 
 def _check_text_files(c: ml_collections.ConfigDict) -> None:

@@ -11,3 +11,8 @@ class ConfigError(UserError):
 
 class DataError(UserError):
     """Unusable data; the message names the file and line."""
+
+
+class TrainingStopped(UserError):
+    """Training stopped to protect the run (non-finite values); the message names the step
+    and the last good checkpoint."""

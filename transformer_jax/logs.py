@@ -2,7 +2,8 @@
 
 ``metrics.jsonl`` has one JSON object per logged step and split (``{"split": "train",
 "step": 100, "loss": ...}``); a resumed run appends, so the last line for a step wins.
-Only process 0 writes.
+A run killed while writing may leave a partial last line: the next run ends it before
+appending, and :func:`read_metrics` skips it. Only process 0 writes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,35 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _open_for_appending(path: Path) -> Any:
+    """``path`` opened to append lines; a partial last line (a killed writer's) is ended
+    first, so it cannot swallow the next record."""
+    ends_mid_line = False
+    if path.exists() and path.stat().st_size:
+        with open(path, "rb") as f:
+            f.seek(-1, 2)
+            ends_mid_line = f.read(1) != b"\n"
+    handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 -- closed by MetricWriter.close
+    if ends_mid_line:
+        handle.write("\n")
+    return handle
+
+
+def read_metrics(workdir: str | Path) -> list[dict[str, Any]]:
+    """The records of ``<workdir>/metrics.jsonl`` in order; lines that are not whole JSON
+    objects (the partial line of a killed run) are skipped."""
+    records = []
+    for line in (Path(workdir) / "metrics.jsonl").read_text(encoding="utf-8",
+                                                             errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and "split" in record and "step" in record:
+            records.append(record)
+    return records
+
+
 class MetricWriter:
     """Writes scalars to the console, TensorBoard (``<workdir>/tb``) and metrics.jsonl."""
 
@@ -34,7 +64,7 @@ class MetricWriter:
         self.enabled = enabled
         self.workdir = Path(workdir)
         self._tb = SummaryWriter(str(self.workdir / "tb")) if enabled else None
-        self._jsonl = open(self.workdir / "metrics.jsonl", "a") if enabled else None  # noqa: SIM115
+        self._jsonl = _open_for_appending(self.workdir / "metrics.jsonl") if enabled else None
 
     def write(self, split: str, step: int, scalars: dict[str, Any]) -> None:
         if not self.enabled:

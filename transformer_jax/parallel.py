@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -212,7 +213,9 @@ class ShardedExecutor:
         return jax.tree.map(put, state, self.state_sharding)
 
     def restore_template(self, state: Any) -> Any:
-        return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s),
+        # jnp.result_type: the step counter is a Python int until placed (then int32).
+        return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x),
+                                                              sharding=s),
                             state, self.state_sharding)
 
     def host_state(self, placed: Any) -> Any:

@@ -28,12 +28,12 @@ from transformer_jax import (
     config as config_lib,
     decode,
     evaluate,
+    faults,
     hardware,
     parallel,
     params as params_lib,
 )
 from transformer_jax.data import pipeline, sources, tokenizer as tokenizer_lib
-from transformer_jax.errors import UserError
 from transformer_jax.logs import MetricWriter
 from transformer_jax.losses import (
     collectives,
@@ -105,16 +105,30 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_key: jax.
 
     grads, (loss_sum, nll_sum) = jax.grad(loss_fn, has_aux=True)(state.params)
     grads = pmean(grads)
-    new_state = state.apply_gradients(grads=grads)
+    loss_sum, nll_sum = psum(loss_sum), psum(nll_sum)
+    updated = state.apply_gradients(grads=grads)
+    # A step whose loss, gradients or results are not finite leaves the whole state as it
+    # was (its step count too): one bad batch or overflow cannot poison the parameters or
+    # Adam's moments. The values are summed over devices first, so every replica agrees.
+    finite = all_finite((loss_sum, nll_sum, grads, updated))
+    new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), updated, state)
     metrics = {
-        "loss_sum": psum(loss_sum),
-        "nll_sum": psum(nll_sum),
+        "loss_sum": loss_sum,
+        "nll_sum": nll_sum,
         "tokens": global_tokens,
         "source_tokens": psum(jnp.sum(batch["inputs_segment_ids"] > 0).astype(jnp.float32)),
         "grad_norm": optax.global_norm(grads),
         "learning_rate": schedule(state.step // grad_accum_steps),
+        "nonfinite": 1.0 - finite.astype(jnp.float32),  # 1: the step was skipped
     }
     return new_state, metrics
+
+
+def all_finite(tree: Any) -> jax.Array:
+    """A scalar bool: no float leaf of ``tree`` holds NaN or Inf."""
+    checks = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
+    return jnp.all(jnp.stack(checks)) if checks else jnp.array(True)
 
 
 def init_params(model_config: TransformerConfig, key: jax.Array) -> Any:
@@ -151,18 +165,16 @@ def make_executor(config: ml_collections.ConfigDict, model_config: TransformerCo
                                  parallel.local_devices(config.train.devices))
 
 
+def checkpoint_bytes(config: ml_collections.ConfigDict) -> int:
+    """Bytes of one checkpoint's arrays (parameters, optimizer state, step) for ``config``,
+    with the vocabulary size it asks for; nothing is allocated."""
+    model_config = TransformerConfig.from_config(config.model, config.data.vocab_size)
+    shapes = jax.eval_shape(lambda: create_train_state(config, model_config, jax.random.key(0)))
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
+
+
 # ----------------------------------------------------------------------------------------
 # The loop
-
-
-def _check_workdir(workdir: Path) -> None:
-    try:
-        workdir.mkdir(parents=True, exist_ok=True)
-        probe = workdir / ".write_test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as e:
-        raise UserError(f"workdir {workdir} is not writable: {e.strerror or e}") from e
 
 
 def evaluate_loss(executor: Any, state: Any, batches: Any) -> dict[str, float]:
@@ -178,91 +190,180 @@ def evaluate_loss(executor: Any, state: Any, batches: Any) -> dict[str, float]:
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict:
-    """Trains (or resumes) and evaluates; returns the final metrics."""
+    """Trains (or resumes) and evaluates; returns the final metrics.
+
+    SIGTERM or SIGINT stops training at the next step boundary with a checkpoint (data
+    position included); the result is then ``{"preempted_at_step": step}`` and running the
+    same command again resumes exactly. Raises TrainingStopped when ``train.nonfinite`` is
+    "stop" and ``train.max_nonfinite_in_a_row`` steps in a row were not finite.
+    """
     config_lib.validate(config)
     workdir = Path(workdir)
-    _check_workdir(workdir)
-    is_chief = jax.process_index() == 0
-    accum = config.optim.grad_accum_steps
-    num_devices = len(parallel.local_devices(config.train.devices))
-    global_devices = num_devices * jax.process_count()
+    faults.check_workdir(workdir, checkpoint_bytes(config), config.train.keep_checkpoints)
+    run = Run(config, workdir)
+    with faults.StopSignals(multiprocess=jax.process_count() > 1) as signals:
+        finished = run.train(signals)
+    if not finished:
+        return {"preempted_at_step": run.step // run.accum}
+    return run.finish()
 
-    # Data and vocabulary.
-    tokenizer, data, rows, _ = pipeline.data_for(config, workdir, num_devices)
-    writer = MetricWriter(workdir, enabled=is_chief)
 
-    # Model, state and the compiled steps.
-    model_config = TransformerConfig.from_config(config.model, tokenizer.vocab_size)
-    init_key, dropout_key = jax.random.split(jax.random.key(config.train.seed))
-    state = create_train_state(config, model_config, init_key)
-    executor = make_executor(config, model_config, state)
-    ckpts = checkpoints.Checkpoints(workdir, config.train.keep_checkpoints)
-    start = ckpts.latest_step()
-    if start is not None:
-        state, _ = ckpts.restore(start, executor.restore_template(state), data.iterator)
-        logging.info("resuming from step %d", start // accum)
-    elif is_chief:
-        (workdir / "config.json").write_text(config.to_json_best_effort(indent=2))
-    n_params = sum(int(np.size(p)) for p in jax.tree.leaves(state.params))
-    logging.info("model: %s (%s scale), %d parameters, vocabulary %d, batch %d rows x %d "
-                 "tokens on %d device(s), %s", config.variant, config.scale, n_params,
-                 tokenizer.vocab_size, rows, config.data.max_len, global_devices, executor.kind)
-    state = executor.place(state)
-    mfu = MfuMeter(config, model_config, global_devices)
+class Run:
+    """One training run: its data, model, compiled steps, checkpoints and logs, resumed from
+    the newest checkpoint in the workdir that restores whole. ``step`` counts micro-batches
+    (optimizer steps times ``optim.grad_accum_steps``)."""
 
-    total_micro_steps = config.train.num_steps * accum
-    step = int(start or 0)
-    eval_source = sources.get_source(config.data, "validation")
-    window = _LogWindow(step)
-    profile = Profile(workdir, config.train.profile_start * accum,
-                      config.train.profile_steps * accum, enabled=is_chief)
-    final: dict[str, Any] = {}
-    while step < total_micro_steps:
-        profile.before(step)
-        batch = next(data.iterator)
-        window.padding.append(pipeline.padding_fraction(batch))
-        state, metrics = executor.train(state, batch, dropout_key)
-        window.pending.append(metrics)
-        step += 1
-        profile.after(step, metrics)
-        last = step == total_micro_steps
-        if step % (config.train.log_every * accum) == 0 or last:
-            scalars = window.summarise(executor, step, accum, mfu)
-            scalars["skipped_long_pairs"] = data.length_filter.skipped
-            if not np.isfinite(scalars["loss"]):
-                raise FloatingPointError(
-                    f"non-finite loss {scalars['loss']} at step {step // accum}")
-            writer.write("train", step // accum, scalars)
-        if step % (config.train.eval_every * accum) == 0 or last:
-            eval_batches = pipeline.eval_batches(
-                eval_source, tokenizer, max_len=config.data.max_len, rows=rows,
-                max_batches=config.train.eval_batches)
-            final = evaluate_loss(executor, state, (
-                pipeline.process_rows(b, jax.process_index(), jax.process_count())
-                for b in eval_batches))
-            writer.write("eval", step // accum, final)
-        if config.train.bleu_every and step % (config.train.bleu_every * accum) == 0:
-            writer.write("eval", step // accum, _validation_bleu(
-                config, model_config, executor.params(state), tokenizer, eval_source))
-        if step % (config.train.checkpoint_every * accum) == 0 or last:
-            meta = {"step": step, "vocab_size": tokenizer.vocab_size,
-                    "skipped_long_pairs": data.length_filter.skipped}
-            ckpts.save(step, executor.host_state(state), data.iterator, meta, force=True)
-    ckpts.wait()
+    def __init__(self, config: ml_collections.ConfigDict, workdir: Path):
+        self.config, self.workdir = config, workdir
+        self.is_chief = jax.process_index() == 0
+        self.accum = config.optim.grad_accum_steps
+        self.total_steps = config.train.num_steps * self.accum
+        num_devices = len(parallel.local_devices(config.train.devices))
+        self.global_devices = num_devices * jax.process_count()
 
-    params = executor.params(state)
-    if config.train.bleu_sentences or config.train.samples:
-        final.update(_final_translations(config, model_config, params, tokenizer, writer,
-                                         total_micro_steps // accum))
-    if is_chief:
-        (workdir / "final_metrics.json").write_text(json.dumps(
-            {"step": total_micro_steps // accum, **final}, indent=2))
-    writer.close()
-    ckpts.close()
-    if config.train.visualize_sentences and is_chief:
-        from transformer_jax import visualize  # matplotlib only when pictures are asked for
-        visualize.write_run_pictures(config, model_config, params, tokenizer, workdir)
-    return final
+        # Data and vocabulary.
+        self.tokenizer, self.data, self.rows, _ = pipeline.data_for(config, workdir, num_devices)
+        self.eval_source = sources.get_source(config.data, "validation")
+        self.writer = MetricWriter(workdir, enabled=self.is_chief)
+
+        # Model, state and the compiled steps; the state of the latest checkpoint.
+        self.model_config = TransformerConfig.from_config(config.model,
+                                                          self.tokenizer.vocab_size)
+        init_key, self.dropout_key = jax.random.split(jax.random.key(config.train.seed))
+        state = create_train_state(config, self.model_config, init_key)
+        self.executor = make_executor(config, self.model_config, state)
+        self.ckpts = checkpoints.Checkpoints(workdir, config.train.keep_checkpoints)
+        state, meta = self._resume(state)
+        self._log_model(state)
+        self.state = self.executor.place(state)
+
+        self.window = _LogWindow(self.step)
+        self.nonfinite = faults.NonFiniteSteps(
+            config.train.nonfinite, config.train.max_nonfinite_in_a_row,
+            meta.get("nonfinite_steps", 0), meta.get("nonfinite_in_a_row", 0))
+        self.mfu = MfuMeter(config, self.model_config, self.global_devices)
+        self.profile = Profile(workdir, config.train.profile_start * self.accum,
+                               config.train.profile_steps * self.accum, enabled=self.is_chief)
+        self.final: dict[str, Any] = {}
+
+    def _resume(self, state: Any) -> tuple[Any, dict[str, Any]]:
+        """(state, meta) of the newest whole checkpoint, the data iterator moved to its
+        position; the initial state and {} for a new run."""
+        restored = self.ckpts.restore_latest(self.executor.restore_template(state),
+                                             self.data.iterator)
+        if restored is None:
+            self.step = self.saved_step = 0
+            if self.is_chief:
+                faults.write_text_atomically(self.workdir / "config.json",
+                                             self.config.to_json_best_effort(indent=2))
+            return state, {}
+        self.step, state, meta = restored
+        self.saved_step = self.step
+        logging.info("resuming from step %d", self.step // self.accum)
+        return state, meta
+
+    def _log_model(self, state: Any) -> None:
+        n_params = sum(int(np.size(p)) for p in jax.tree.leaves(state.params))
+        c = self.config
+        logging.info("model: %s (%s scale), %d parameters, vocabulary %d, batch %d rows x %d "
+                     "tokens on %d device(s), %s", c.variant, c.scale, n_params,
+                     self.tokenizer.vocab_size, self.rows, c.data.max_len, self.global_devices,
+                     self.executor.kind)
+
+    def _due(self, every: int) -> bool:
+        return self.step % (every * self.accum) == 0 or self.step == self.total_steps
+
+    def train(self, signals: faults.StopSignals) -> bool:
+        """Trains to ``train.num_steps``; False if a stop signal ended it early (after a
+        checkpoint)."""
+        t = self.config.train
+        try:
+            while self.step < self.total_steps:
+                self._train_step()
+                if self._due(t.log_every):
+                    self._log_train()
+                if signals.stop_requested(self.step):
+                    self._save()
+                    self.close()
+                    logging.warning("stopped at step %d with a checkpoint; run the same command "
+                                    "to resume", self.step // self.accum)
+                    return False
+                if self._due(t.eval_every):
+                    self._evaluate()
+                if t.bleu_every and self.step % (t.bleu_every * self.accum) == 0:
+                    self.writer.write("eval", self.step // self.accum, _validation_bleu(
+                        self.config, self.model_config, self.executor.params(self.state),
+                        self.tokenizer, self.eval_source))
+                if self._due(t.checkpoint_every):
+                    self._save()
+        except Exception:
+            self.close()  # the checkpoint in flight is finished first
+            raise
+        self.ckpts.wait()
+        return True
+
+    def _train_step(self) -> None:
+        self.profile.before(self.step)
+        batch = next(self.data.iterator)
+        self.window.padding.append(pipeline.padding_fraction(batch))
+        self.state, metrics = self.executor.train(self.state, batch, self.dropout_key)
+        self.window.pending.append(metrics)
+        self.step += 1
+        self.profile.after(self.step, metrics)
+
+    def _fetch_metrics(self) -> None:
+        """Brings the steps' metrics to the host and counts the skipped steps (which may
+        stop the run)."""
+        first, skipped = self.window.fetch(self.executor)
+        self.nonfinite.update(first, skipped, self.saved_step or None)
+
+    def _log_train(self) -> None:
+        self._fetch_metrics()
+        scalars = self.window.summarise(self.step, self.accum, self.mfu)
+        scalars["skipped_long_pairs"] = self.data.length_filter.skipped
+        scalars["nonfinite_steps"] = self.nonfinite.total
+        self.writer.write("train", self.step // self.accum, scalars)
+
+    def _evaluate(self) -> None:
+        batches = pipeline.eval_batches(self.eval_source, self.tokenizer,
+                                        max_len=self.config.data.max_len, rows=self.rows,
+                                        max_batches=self.config.train.eval_batches)
+        self.final = evaluate_loss(self.executor, self.state, (
+            pipeline.process_rows(b, jax.process_index(), jax.process_count()) for b in batches))
+        self.writer.write("eval", self.step // self.accum, self.final)
+
+    def _save(self) -> None:
+        """A checkpoint of this step (once), with the data position and the counts."""
+        if self.step == self.saved_step:
+            return
+        self._fetch_metrics()
+        meta = {"step": self.step, "vocab_size": self.tokenizer.vocab_size,
+                "skipped_long_pairs": self.data.length_filter.skipped, **self.nonfinite.state()}
+        self.ckpts.save(self.step, self.executor.host_state(self.state), self.data.iterator,
+                        meta, force=True)
+        self.saved_step = self.step
+
+    def close(self) -> None:
+        self.writer.close()
+        self.ckpts.close()
+
+    def finish(self) -> dict[str, Any]:
+        """The end of a finished run: test BLEU and samples, final_metrics.json, pictures."""
+        c, step = self.config, self.total_steps // self.accum
+        params = self.executor.params(self.state)
+        final = dict(self.final)
+        if c.train.bleu_sentences or c.train.samples:
+            final.update(_final_translations(c, self.model_config, params, self.tokenizer,
+                                             self.writer, step))
+        if self.is_chief:
+            faults.write_text_atomically(self.workdir / "final_metrics.json",
+                                         json.dumps({"step": step, **final}, indent=2))
+        self.close()
+        if c.train.visualize_sentences and self.is_chief:
+            from transformer_jax import visualize  # matplotlib only when pictures are asked for
+            visualize.write_run_pictures(c, self.model_config, params, self.tokenizer,
+                                         self.workdir)
+        return final
 
 
 class MfuMeter:
@@ -285,31 +386,44 @@ class MfuMeter:
 
 @dataclasses.dataclass
 class _LogWindow:
-    """Step metrics accumulated on device between two log lines."""
+    """Step metrics accumulated between two log lines: ``pending`` on device (fetching
+    them every step would stall the accelerator), ``fetched`` on the host."""
 
-    step: int
+    step: int  # the last step before the window
     time: float = dataclasses.field(default_factory=time.time)
     pending: list = dataclasses.field(default_factory=list)
+    fetched: list = dataclasses.field(default_factory=list)
     padding: list = dataclasses.field(default_factory=list)
 
-    def summarise(self, executor: Any, step: int, accum: int, mfu: MfuMeter) -> dict:
-        per_step = [executor.fetch(m) for m in self.pending]
-        total = {k: sum(m[k] for m in per_step) for k in ("loss_sum", "nll_sum", "tokens",
-                                                          "source_tokens")}
+    def fetch(self, executor: Any) -> tuple[int, list[bool]]:
+        """Fetches the pending metrics; returns the first fetched step and whether each
+        fetched step was skipped (non-finite)."""
+        first = self.step + len(self.fetched) + 1
+        new = [executor.fetch(m) for m in self.pending]
+        self.fetched, self.pending = self.fetched + new, []
+        return first, [m["nonfinite"] > 0 for m in new]
+
+    def summarise(self, step: int, accum: int, mfu: MfuMeter) -> dict:
+        """The window's scalars (loss and perplexity over the steps that were not skipped,
+        absent when all were); starts the next window."""
+        applied = [m for m in self.fetched if not m["nonfinite"]]
+        total = {k: sum(m[k] for m in applied) for k in ("loss_sum", "nll_sum", "tokens",
+                                                         "source_tokens")}
         elapsed = max(time.time() - self.time, 1e-9)
         tokens = max(total["tokens"], 1.0)
         scalars = {
-            "loss": total["loss_sum"] / tokens,
-            "perplexity": evaluate.perplexity(total["nll_sum"], tokens),
-            "learning_rate": per_step[-1]["learning_rate"],
-            "grad_norm": per_step[-1]["grad_norm"],
+            "learning_rate": self.fetched[-1]["learning_rate"],
             "tokens_per_s": total["tokens"] / elapsed,
             "source_tokens_per_s": total["source_tokens"] / elapsed,
             "steps_per_s": (step - self.step) / accum / elapsed,
             "mfu": mfu(total["tokens"] / elapsed),
             "padding_fraction": float(np.mean(self.padding)),
         }
-        self.step, self.time, self.pending, self.padding = step, time.time(), [], []
+        if applied:  # a window of skipped steps only has no loss to log
+            scalars.update(loss=total["loss_sum"] / tokens,
+                           perplexity=evaluate.perplexity(total["nll_sum"], tokens),
+                           grad_norm=applied[-1]["grad_norm"])
+        self.step, self.time, self.fetched, self.padding = step, time.time(), [], []
         return scalars
 
 
