@@ -107,33 +107,33 @@ def test_counting_non_finite_steps_and_stopping_after_k_in_a_row():
 
 def test_a_diverged_run_stops_after_k_non_finite_steps_and_saves_no_nan(tmp_path,
                                                                         builtin_data_dir):
-    # A learning rate 1e30 times the paper's: the first update makes the weights so large
-    # that from the second step on every loss overflows.
+    # A learning rate 1e30 times the paper's: the first update would make the weights so
+    # large that their norm overflows, so every step is refused and the state stays at 0.
     config = tiny_config(builtin_data_dir, num_steps=20, log_every=1, checkpoint_every=1,
                          max_nonfinite_in_a_row=4, nonfinite="stop")
     config.optim.lr_scale = 1e30
-    with pytest.raises(TrainingStopped, match=r"^stopped at step 5: 4 steps in a row \(from "
-                                              r"step 2\) had a non-finite loss or gradient "
+    with pytest.raises(TrainingStopped, match=r"^stopped at step 4: 4 steps in a row \(from "
+                                              r"step 1\) had a non-finite loss or gradient "
                                               r"\(train.max_nonfinite_in_a_row=4\); the last "
-                                              r"checkpoint is step 4$"):
+                                              r"checkpoint is step 3$"):
         train.train_and_evaluate(config, tmp_path)
     records = [r for r in logs.read_metrics(tmp_path) if r["split"] == "train"]
-    assert [r["nonfinite_steps"] for r in records] == [0, 1, 2, 3]  # step 5 stops first
-    assert np.isfinite(records[0]["loss"]) and not any("loss" in r for r in records[1:])
-    # Skipped steps change nothing, so every checkpoint holds the finite state of step 1.
-    assert faults.checkpoint_steps_on_disk(tmp_path) == [1, 2, 3, 4]
+    assert [r["nonfinite_steps"] for r in records] == [1, 2, 3]  # step 4 stops first
+    assert not any("loss" in r for r in records)
+    # Skipped steps change nothing, so every checkpoint holds the initial, finite state.
+    assert faults.checkpoint_steps_on_disk(tmp_path) == [1, 2, 3]
     ckpts = checkpoints.Checkpoints(tmp_path, keep=config.train.keep_checkpoints)
     template = train.create_train_state(config, TransformerConfig.from_config(
-        config.model, ckpts.read_meta(4)["vocab_size"]), jax.random.key(0))
-    first, last = (ckpts.restore(s, template)[0] for s in (1, 4))
+        config.model, ckpts.read_meta(3)["vocab_size"]), jax.random.key(0))
+    first, last = (ckpts.restore(s, template)[0] for s in (1, 3))
     assert checkpoints.integrity(last) == checkpoints.integrity(first)
-    assert checkpoints.integrity(last)[1] and int(last.step) == 1  # finite; one update
+    assert checkpoints.integrity(last)[1] and int(last.step) == 0  # finite; no update
     ckpts.close()
     # With train.nonfinite="skip" the same run goes on to the end.
     config.train.update(nonfinite="skip", num_steps=8)
     train.train_and_evaluate(config, tmp_path / "skip")
     records = [r for r in logs.read_metrics(tmp_path / "skip") if r["split"] == "train"]
-    assert [r["nonfinite_steps"] for r in records] == list(range(8))
+    assert [r["nonfinite_steps"] for r in records] == list(range(1, 9))
 
 
 def test_a_non_finite_step_leaves_the_state_unchanged_and_is_flagged():

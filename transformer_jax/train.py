@@ -110,25 +110,23 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_key: jax.
     # A step whose loss, gradients or results are not finite leaves the whole state as it
     # was (its step count too): one bad batch or overflow cannot poison the parameters or
     # Adam's moments. The values are summed over devices first, so every replica agrees.
-    finite = all_finite((loss_sum, nll_sum, grads, updated))
+    # The test is on scalars: a global norm is finite only if every element is (and not
+    # when their squares overflow). Adam's moments are finite when the gradients are.
+    # Testing every leaf instead made the step's compilation about seven times slower.
+    grad_norm = optax.global_norm(grads)
+    finite = (jnp.isfinite(loss_sum) & jnp.isfinite(nll_sum) & jnp.isfinite(grad_norm)
+              & jnp.isfinite(optax.global_norm(updated.params)))
     new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), updated, state)
     metrics = {
         "loss_sum": loss_sum,
         "nll_sum": nll_sum,
         "tokens": global_tokens,
         "source_tokens": psum(jnp.sum(batch["inputs_segment_ids"] > 0).astype(jnp.float32)),
-        "grad_norm": optax.global_norm(grads),
+        "grad_norm": grad_norm,
         "learning_rate": schedule(state.step // grad_accum_steps),
         "nonfinite": 1.0 - finite.astype(jnp.float32),  # 1: the step was skipped
     }
     return new_state, metrics
-
-
-def all_finite(tree: Any) -> jax.Array:
-    """A scalar bool: no float leaf of ``tree`` holds NaN or Inf."""
-    checks = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
-              if jnp.issubdtype(jnp.result_type(x), jnp.inexact)]
-    return jnp.all(jnp.stack(checks)) if checks else jnp.array(True)
 
 
 def init_params(model_config: TransformerConfig, key: jax.Array) -> Any:
