@@ -191,13 +191,16 @@ def test_the_main_command_names_the_bad_file(tmp_path):
 
 # Lines as users' files hold them: any text without a newline (non-Latin scripts, control
 # characters, blanks), very long lines, and bytes that are not UTF-8.
-ANY_TEXT = st.text(st.characters(exclude_characters="\n"), max_size=40)
+# (Lone surrogates are left out: a str holding one has no UTF-8 form; st.binary covers bytes.)
+ANY_TEXT = st.text(st.characters(exclude_characters="\n", exclude_categories=("Cs",)),
+                   max_size=40)
 LINES = st.one_of(
     ANY_TEXT,
     st.sampled_from(["", " ", "\t \r", "\u3000", "Привет мир", "こんにちは世界", "مرحبا",
                      "a\x00b\x07c\x1b[0m", "\u202eright-to-left", "\ufeffbom"]),
-    st.builds(lambda piece, n: piece * n, st.text(min_size=1, max_size=3).filter(
-        lambda s: "\n" not in s), st.integers(2000, 6000)),
+    st.builds(lambda piece, n: piece * n, st.text(
+        st.characters(exclude_characters="\n", exclude_categories=("Cs",)), min_size=1,
+        max_size=3), st.integers(2000, 6000)),
     st.binary(max_size=20).filter(lambda b: b"\n" not in b),
 )
 

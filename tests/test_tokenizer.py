@@ -117,7 +117,7 @@ def test_text_of_the_corpus_characters_survives_the_round_trip_exactly(trained, 
 
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.one_of(
-    st.text(max_size=60),
+    st.text(st.characters(exclude_categories=("Cs",)), max_size=60),  # no lone surrogates
     st.sampled_from(["", "   ", "\t\r\x0b", "Привет, мир", "東京は晴れ", "שלום", "🙂🙃",
                      "a\x00b\x07\x1b[31m", "x" * 3000])), max_size=6))
 def test_any_text_encodes_and_decodes_one_sentence_per_input(trained, sentences):
