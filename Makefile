@@ -12,7 +12,7 @@ PYTHON ?= $(shell for p in python3.12 "$$(PYENV_VERSION=$$(pyenv versions --bare
 	&& "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null \
 	&& { echo "$$p"; break; }; done)
 
-.PHONY: venv demo test test-fast lint faults bench clean-demo
+.PHONY: venv demo test test-all lint faults clean-demo
 
 venv: $(VENV)/.installed
 
@@ -27,11 +27,14 @@ $(VENV)/.installed: pyproject.toml
 demo: venv
 	$(PY) -m transformer_jax.main --config=configs/demo.py --workdir=$(DEMO_DIR)
 
+# Within CI's 20 minutes on 2 cores: every test but those marked slow and the fault suite.
 test: venv
-	$(PY) -m pytest -q
-
-test-fast: venv
 	$(PY) -m pytest -q -m "not slow"
+
+# Every test but the fault suite, the slow ones included (about 25 minutes on 2 cores): the
+# 2-process runs, whole sweeps, training on text and mocked WMT14, the attention pages.
+test-all: venv
+	$(PY) -m pytest -q
 
 # The fault-injection suite (kill -9 at random moments, then resume); not part of `make test`.
 faults: venv
