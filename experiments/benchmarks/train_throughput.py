@@ -9,8 +9,9 @@ not measured here (experiments/benchmarks/input_pipeline.py does that). FLOPs pe
 token are 6 x (non-embedding + output-projection parameters) + attention
 (transformer_jax.params.train_flops_per_token). The peak is the accelerator's data-sheet
 figure, or on a CPU the best 4096^3 matmul measured in this process before and after the
-runs. The base model on a CPU uses a smaller batch than the paper's 25,000 tokens (the
-shape of every matmul but the batch dimension is the paper's); --tokens sets it.
+runs. The base model on a CPU takes the batch one of the paper's 8 GPUs did: 25,000 / 8,
+about 3,072 target tokens (12 rows of 256); the shape of every matmul but the batch
+dimension is the paper's. --tokens sets it.
 Ends with one JSON line of the headline figures.
 """
 
@@ -32,8 +33,8 @@ from transformer_jax.model import TransformerConfig
 
 SIZES = {  # name -> (variant, vocabulary, max_len, CPU tokens per step, accelerator tokens)
     "demo": ("demo", 1000, 64, 2048, 2048),
-    "base": ("base", 37000, 256, 4096, 25000),
-    "big": ("big", 37000, 256, 4096, 25000),
+    "base": ("base", 37000, 256, 3072, 25000),
+    "big": ("big", 37000, 256, 3072, 25000),
 }
 
 
