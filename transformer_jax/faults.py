@@ -131,13 +131,13 @@ class NonFiniteSteps:
 # The workdir
 
 
-def human_bytes(n: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError  # pragma: no cover
+def human_bytes(n_bytes: float) -> str:
+    """Binary units, one decimal where needed: 524288 -> "512 KiB", 4.4e9 -> "4.1 GiB"."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+    power = 0
+    while n_bytes >= 1024 and power < len(units) - 1:
+        n_bytes, power = n_bytes / 1024, power + 1
+    return f"{n_bytes:,.1f}".removesuffix(".0") + f" {units[power]}"
 
 
 def checkpoint_steps_on_disk(workdir: Path) -> list[int]:

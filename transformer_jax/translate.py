@@ -13,12 +13,11 @@ overrides. Progress goes to stderr.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from transformer_jax import cli
+from transformer_jax import cli, faults
 from transformer_jax.errors import DataError
 
 TRANSLATE_OVERRIDES = ("decode",)
@@ -52,10 +51,7 @@ def write_lines(path: str, lines: list[str]) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    target = Path(path)
-    temporary = target.with_name(f".{target.name}.partial")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, target)
+    faults.write_text_atomically(Path(path), text)
 
 
 def main(argv: list[str], flags_: dict[str, Any]) -> None:

@@ -49,6 +49,7 @@ from transformer_jax import attention, cli, config as config_lib, decode, evalua
 from transformer_jax.data import sources
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.errors import DataError, UserError
+from transformer_jax.faults import human_bytes
 from transformer_jax.model import Transformer, TransformerConfig, sinusoidal_positions
 
 # kind -> (stack, sub-module, title, axes), in the order of the paper's Figure 1.
@@ -276,7 +277,7 @@ def measure_dense_attention(lengths: Sequence[int] | None = None, heads: int = 8
                 + stats.output_size_in_bytes - stats.alias_size_in_bytes)
         results.append({"kind": "dense", "n": n, "pass": "forward", "time_s": None,
                         "peak_bytes": int(peak), "error": None})
-    return {"machine": f"this machine ({_size(memory)} memory)", "date": None,
+    return {"machine": f"this machine ({human_bytes(memory)} memory)", "date": None,
             "backend": jax.default_backend(), "heads": heads, "d_k": d_k,
             "source": f"XLA memory_analysis of the compiled dense kernel (batch 1, d_k {d_k}, "
                       "float32)", "results": results}
@@ -303,15 +304,6 @@ def measured_memory(path: str | os.PathLike | None = None) -> dict[str, Any]:
     return {**data, **header, "results": results, "source": str(path)}
 
 
-def _size(n_bytes: float) -> str:
-    """Binary units, one decimal where needed: 524288 -> "512 KiB", 4.4e9 -> "4.1 GiB"."""
-    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-    power = 0
-    while n_bytes >= 1024 and power < len(units) - 1:
-        n_bytes, power = n_bytes / 1024, power + 1
-    return f"{n_bytes:,.1f}".removesuffix(".0") + f" {units[power]}"
-
-
 def bill_table(bill: Sequence[dict[str, int]], measured: dict[str, Any]) -> str:
     """The bill as a markdown table, with the measured forward peak of dense attention."""
     peak = {r["n"]: r["peak_bytes"] for r in measured["results"]
@@ -322,9 +314,9 @@ def bill_table(bill: Sequence[dict[str, int]], measured: dict[str, Any]) -> str:
              f"{measured['heads']} heads, peak |", "|---:|---:|---:|---:|---:|---:|"]
     for row in bill:
         n = row["n"]
-        lines.append(f"| {n:,} | {row['cells']:,} | {_size(row['head_bytes'])} | "
-                     f"{_size(row['layer_bytes'])} | {_size(row['model_bytes'])} | "
-                     f"{_size(peak[n]) if n in peak else '-'} |")
+        lines.append(f"| {n:,} | {row['cells']:,} | {human_bytes(row['head_bytes'])} | "
+                     f"{human_bytes(row['layer_bytes'])} | {human_bytes(row['model_bytes'])} | "
+                     f"{human_bytes(peak[n]) if n in peak else '-'} |")
     return "\n".join(lines) + "\n"
 
 
