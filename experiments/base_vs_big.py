@@ -3,6 +3,8 @@
     python -m transformer_jax.sweep experiments/base_vs_big.py --root=runs/base_vs_big \
         --launcher=slurm --config.model.dtype=bfloat16
     python -m transformer_jax.compare runs/base_vs_big
+    python -m transformer_jax.sweep experiments/base_vs_big.py --root=runs/base_vs_big_demo \
+        --scale=demo --seeds=3 --parallel=2
 
 Base: 6 layers, d_model 512, d_ff 2048, 8 heads, P_drop 0.1, 100K steps. Big: d_model 1024,
 d_ff 4096, 16 heads, P_drop 0.3, 300K steps. The paper: newstest2013 PPL 4.92 / 4.33 and BLEU
@@ -11,7 +13,8 @@ At --scale=demo big becomes d_model 256, d_ff 1,024, 16 heads for 1,350 steps (3
 base's 450), about three times the base's CPU time per step.
 """
 
-from transformer_jax.sweep import Point, Sweep
+from transformer_jax import hyper
+from transformer_jax.sweep import Sweep
 
 
 def get_sweep(arg: str | None = None) -> Sweep:
@@ -19,7 +22,7 @@ def get_sweep(arg: str | None = None) -> Sweep:
     return Sweep(
         name="base_vs_big",
         config="configs/table3.py",
-        parameter="model",
-        points=(Point("base", "base"), Point("big", "big")),
+        grid=hyper.sweep("variant", ["base", "big"]),
+        parameter="variant",
         description="Transformer base against big",
     )

@@ -8,36 +8,27 @@
 Sweeps (the argument after the colon): B (d_k 16, 32, 64), C_N (layers 2, 4, 6, 8), C_d
 (d_model 256, 512, 1024), C_ff (d_ff 1024, 2048, 4096), D_drop (P_drop 0, 0.1, 0.2), D_ls
 (eps_ls 0, 0.1, 0.2), E (sinusoidal against learned positions). Without an argument, every
-variant of rows B-E and the base model in one sweep over the variant's name. Row A is
-experiments/heads_ablation.py. Points are named after the variant, so the base model is
-trained once per root.
+variant of rows B-E and the base model in one sweep over the variant's name. Points are
+named after the variant, so the base model is trained once per root. The rows are derived
+from the variants of transformer_jax/config.py (config.table3_rows); row A is
+experiments/heads_ablation.py.
 """
 
+from transformer_jax import config, hyper
 from transformer_jax.errors import UserError
-from transformer_jax.sweep import Point, Sweep
-
-# sweep -> (swept quantity, [(variant, value), ...]) in increasing order of the value.
-ROWS: dict[str, tuple[str, list[tuple[str, object]]]] = {
-    "B": ("d_k", [("B_dk16", 16), ("B_dk32", 32), ("base", 64)]),
-    "C_N": ("N", [("C_N2", 2), ("C_N4", 4), ("base", 6), ("C_N8", 8)]),
-    "C_d": ("d_model", [("C_d256", 256), ("base", 512), ("C_d1024", 1024)]),
-    "C_ff": ("d_ff", [("C_ff1024", 1024), ("base", 2048), ("C_ff4096", 4096)]),
-    "D_drop": ("P_drop", [("D_drop0", 0.0), ("base", 0.1), ("D_drop02", 0.2)]),
-    "D_ls": ("eps_ls", [("D_ls0", 0.0), ("base", 0.1), ("D_ls02", 0.2)]),
-    "E": ("positions", [("base", "sinusoidal"), ("E_learned", "learned")]),
-}
+from transformer_jax.sweep import Sweep
 
 
 def get_sweep(arg: str | None = None) -> Sweep:
+    rows = {name: row for name, row in config.table3_rows().items() if name != "A"}
     if arg is None:
-        variants = ["base"] + [v for _, points in ROWS.values() for v, _ in points
-                               if v != "base"]
-        return Sweep(name="table3_rows", config="configs/table3.py", parameter="variant",
-                     points=tuple(Point(v, v) for v in variants),
+        variants = ["base"] + [v for _, names in rows.values() for v in names if v != "base"]
+        return Sweep(name="table3_rows", config="configs/table3.py",
+                     grid=hyper.sweep("variant", variants), parameter="variant",
                      description="Table 3 rows B-E against the base model")
-    if arg not in ROWS:
-        raise UserError(f"unknown Table 3 sweep {arg!r}; known: {', '.join(ROWS)}")
-    parameter, points = ROWS[arg]
-    return Sweep(name=f"table3_{arg}", config="configs/table3.py", parameter=parameter,
-                 points=tuple(Point(v, value) for v, value in points),
-                 description=f"Table 3 row {arg.split('_')[0]}: {parameter}")
+    if arg not in rows:
+        raise UserError(f"unknown Table 3 sweep {arg!r}; known: {', '.join(rows)}")
+    quantity, variants = rows[arg]
+    return Sweep(name=f"table3_{arg}", config="configs/table3.py",
+                 grid=hyper.sweep("variant", variants), parameter=quantity,
+                 description=f"Table 3 row {arg.split('_')[0]}: {quantity}")

@@ -103,20 +103,20 @@ def tiny_overrides(data_dir, **more):
 
 
 # A point that is valid but fails when it runs: its corpus files do not exist.
-BROKEN_POINT = ("Point('base', 0.05, name='broken', overrides={'data.name': 'text', "
+BROKEN_POINT = ("{'name': 'broken', 'variant': 'base', 'data.name': 'text', "
                 "'data.train_files': 'no/such/file.tsv', 'data.eval_files': 'no/such/file.tsv', "
-                "'data.test_files': 'no/such/file.tsv'})")
+                "'data.test_files': 'no/such/file.tsv'}")
 # Three points of a tiny sweep: two that train and the broken one.
-TINY_POINTS = f"Point('base', 0.1), Point('D_ls0', 0.0), {BROKEN_POINT}"
+TINY_POINTS = f"{{'variant': 'base'}}, {{'variant': 'D_ls0'}}, {BROKEN_POINT}"
 
 
 def tiny_experiment(path, data_dir, points=TINY_POINTS):
     """Writes an experiment file 'tiny' over label smoothing (eps_ls) with tiny_overrides;
-    ``points`` is the Python source of its Point(...)s. Returns the path as a string."""
+    ``points`` is the Python source of its points (dicts). Returns the path as a string."""
     path.write_text(
-        "from transformer_jax.sweep import Point, Sweep\n"
+        "from transformer_jax.sweep import Sweep\n"
         "def get_sweep(arg=None):\n"
-        f"    return Sweep('tiny', 'configs/table3.py', 'eps_ls', ({points}),\n"
+        f"    return Sweep('tiny', 'configs/table3.py', [{points}], parameter='eps_ls',\n"
         f"                 overrides={tiny_overrides(data_dir)!r})\n")
     return str(path)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_jax import compare, sweep as sweep_lib
+from transformer_jax import compare, hyper, sweep as sweep_lib
 
 from .helpers import BROKEN_POINT, tiny_experiment
 from .test_paper import TABLE3
@@ -35,8 +35,8 @@ def _rows(path):
 def test_paper_columns_are_table_3_for_every_variant(tmp_path):
     # The print launcher records every variant's point without training any.
     root = tmp_path / "all"
-    points = tuple(sweep_lib.Point(v, v) for v in TABLE3)
-    sweep = sweep_lib.Sweep("all", "configs/table3.py", "variant", points)
+    sweep = sweep_lib.Sweep("all", "configs/table3.py", hyper.sweep("variant", TABLE3),
+                            parameter="variant")
     sweep_lib.run_sweep(sweep, str(root), "print")
     paths = compare.report(root)
     rows = _rows(paths["markdown"])
@@ -70,8 +70,8 @@ def mixed_root(tiny_sweep, tmp_path_factory, builtin_data_dir):
     shutil.copytree(first_root, root)
     # The same sweep, grown: D_ls0 asked for 20 steps, and a point never run.
     grown = tiny_experiment(tmp_path / "grown.py", builtin_data_dir, points=(
-        "Point('base', 0.1), Point('D_ls0', 0.0, overrides={'train.num_steps': 20}), "
-        f"{BROKEN_POINT}, Point('D_ls02', 0.2)"))
+        "{'variant': 'base'}, {'name': 'D_ls0', 'variant': 'D_ls0', 'train.num_steps': 20}, "
+        f"{BROKEN_POINT}, {{'variant': 'D_ls02'}}"))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(ROOT)
         sweep_lib.run_sweep(sweep_lib.load_experiment(grown), str(root), "print")

@@ -13,7 +13,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from transformer_jax import config as config_lib, sweep as sweep_lib, workdirs
+from transformer_jax import config as config_lib, hyper, sweep as sweep_lib, workdirs
 from transformer_jax.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,17 +26,17 @@ def _repo_cwd(monkeypatch):
     monkeypatch.chdir(ROOT)
 
 
-def expand(spec, scale="paper", overrides=None):
-    sweep = sweep_lib.load_experiment(spec)
-    return sweep, {p.label: sweep_lib.point_config(sweep, p, scale, overrides)[0]
-                   for p in sweep.points}
+def expand(spec, scale="paper", overrides=None, **kwargs):
+    sweep = sweep_lib.load_experiment(spec, **kwargs)
+    return sweep, {p.name: sweep_lib.point_config(sweep, p, scale, overrides)[0]
+                   for p in sweep.points()}
 
 
 def test_heads_ablation_is_row_a_with_h_times_dk_512():
     sweep, configs = expand(str(HEADS))
-    assert sweep.parameter == "h" and [p.value for p in sweep.points] == [1, 4, 8, 16, 32]
+    assert sweep.parameter == "h" and [p.value for p in sweep.points()] == [1, 4, 8, 16, 32]
     assert list(configs) == ["A_h1", "A_h4", "base", "A_h16", "A_h32"]
-    for point in sweep.points:
+    for point in sweep.points():
         m = configs[point.label].model
         d_k, d_v = config_lib.derived_dims(m)
         assert m.num_heads == point.value and d_k == d_v == 512 // point.value
@@ -63,7 +63,7 @@ def test_demo_scale_keeps_h_times_dk_equal_to_d_model():
 
 def test_validation_bleu_is_at_the_last_step_after_overrides():
     sweep = sweep_lib.load_experiment(str(HEADS))
-    point = sweep.points[0]
+    point = sweep.points()[0]
     for overrides, every in [({"train.num_steps": 20}, 20),
                              ({"train.bleu_sentences": 0}, 0),
                              ({"train.num_steps": 20, "train.bleu_every": 5}, 5)]:
@@ -81,9 +81,8 @@ def test_validation_bleu_is_at_the_last_step_after_overrides():
     ("big", {"d_model": 256, "d_ff": 1024, "num_heads": 16, "dropout_rate": 0.3}),
 ])
 def test_demo_scale_keeps_each_variants_ratio_to_the_base_model(variant, changed):
-    sweep = sweep_lib.Sweep("t", "configs/table3.py", "variant",
-                            (sweep_lib.Point("base", 0), sweep_lib.Point(variant, 1)))
-    base, c = (sweep_lib.point_config(sweep, p, "demo")[0] for p in sweep.points)
+    sweep = sweep_lib.Sweep("t", "configs/table3.py", hyper.sweep("variant", ["base", variant]))
+    base, c = (sweep_lib.point_config(sweep, p, "demo")[0] for p in sweep.points())
     differs = {k: v for k, v in c.model.to_dict().items() if base.model[k] != v}
     assert differs == changed
     assert c.train.num_steps == (1350 if variant == "big" else 450)  # big trains 3x longer
@@ -96,7 +95,7 @@ def test_table3_rows_cover_rows_b_to_e_each_with_the_base_model():
         sweep, configs = expand(f"experiments/table3_rows.py:{row}")
         assert "base" in configs
         seen |= set(configs)
-        for point in sweep.points:  # the swept value is the config's
+        for point in sweep.points():  # the swept value is the config's
             c = configs[point.label]
             actual = {"d_k": config_lib.derived_dims(c.model)[0], "N": c.model.num_layers,
                       "d_model": c.model.d_model, "d_ff": c.model.d_ff,
@@ -117,14 +116,14 @@ def test_base_vs_big():
 
 
 def test_each_command_reproduces_its_points_config():
-    sweep = sweep_lib.load_experiment(str(HEADS))
+    sweep = sweep_lib.load_experiment(str(HEADS), seeds=2)
     for scale in ("paper", "demo"):
-        for point in sweep.points:
+        for point in sweep.points():
             config, own = sweep_lib.point_config(sweep, point, scale)
             cmd = sweep_lib.command("local", sweep, point, sweep_lib.train_args(
                 sweep, point, scale, config, own, "runs/x"))
             assert cmd[:3] == ["python", "-m", "transformer_jax.main"]
-            assert cmd[4] == f"--workdir=runs/x/{point.label}"
+            assert cmd[4] == f"--workdir=runs/x/{point.name}"
             argv = ["main", cmd[3], *cmd[5:]]
             values = flags.FlagValues()
             holder = config_flags.DEFINE_config_file("config", flag_values=values, sys_argv=argv)
@@ -134,7 +133,7 @@ def test_each_command_reproduces_its_points_config():
 
 def test_launchers_commands():
     sweep = sweep_lib.load_experiment(str(HEADS))
-    point = sweep.points[0]
+    point = sweep.points()[0]
     args = ("configs/table3.py:A_h1", "runs/h/A_h1", ["--config.train.seed=1"])
     assert sweep_lib.command("slurm", sweep, point, args) == [
         "sbatch", "--parsable", "--job-name=heads_ablation-A_h1",
@@ -147,9 +146,10 @@ def test_launchers_commands():
 def test_unknown_variant_or_field_is_refused_in_one_line(tmp_path):
     experiment = tmp_path / "bad.py"
     experiment.write_text(
-        "from transformer_jax.sweep import Point, Sweep\n"
+        "from transformer_jax import hyper\n"
+        "from transformer_jax.sweep import Sweep\n"
         "def get_sweep(arg=None):\n"
-        "    return Sweep('bad', 'configs/table3.py', 'h', (Point('base', 8), Point('A_h3', 3)))\n")
+        "    return Sweep('bad', 'configs/table3.py', hyper.sweep('variant', ['base', 'A_h3']))\n")
     with pytest.raises(ConfigError, match=r"point A_h3: unknown variant 'A_h3'; known: base"):
         expand(str(experiment))
     with pytest.raises(ConfigError, match="point A_h1: unknown config field model.heads"):
@@ -173,10 +173,11 @@ def test_print_launcher_writes_a_script_of_the_pending_commands(tmp_path):
     lines = run.stdout.strip().splitlines()
     assert len(lines) == 5
     assert lines[0].startswith("python -m transformer_jax.main "
-                               "--config=configs/table3.py:A_h1,dataset=builtin "
+                               "--config=configs/table3.py:A_h1,dataset=builtin,scale=demo "
                                f"--workdir={root}/A_h1 ")
     assert all("--config.train.seed=3" in line for line in lines)
-    assert "--config.model.d_k=4 " in lines[4] and "--config.scale=demo" in lines[4]
+    # The config file gives the demo scale: the overrides are the sweep's own settings.
+    assert "--config.model" not in lines[4] and "--config.decode.strategy=greedy" in lines[4]
     definition = json.loads((root / "sweep.json").read_text())
     assert [p["name"] for p in definition["points"]] == ["A_h1", "A_h4", "base", "A_h16",
                                                          "A_h32"]

@@ -63,6 +63,15 @@ def override_values(config_flag: Any) -> dict[str, Any]:
     return dict(flags.FLAGS[config_flag.name].override_values)
 
 
+def flag_config(config_flag: Any) -> ConfigDict:
+    """The ``--config`` flag's config with its ``--config.FIELD=VALUE`` overrides applied by
+    :func:`transformer_jax.config.apply_overrides` (so that a new ``data.name`` brings that
+    dataset's settings)."""
+    from transformer_jax import config as config_lib
+
+    return config_lib.apply_overrides(config_flag.value, override_values(config_flag))
+
+
 def workdir_config(workdir: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
                    allowed: Sequence[str] = ()) -> ConfigDict:
     """The config saved in ``<workdir>/config.json``, with ``overrides`` ({"decode.alpha":
@@ -90,13 +99,8 @@ def workdir_config(workdir: str | os.PathLike, overrides: Mapping[str, Any] | No
             names = ", ".join(f"--config.{a}" + ("" if "." in a else ".*") for a in allowed)
             raise UserError(f"--config.{field}: only {names} may be set here; the rest comes "
                             f"from {path}")
-        _merge(config, {field.split(".")[0]: _nest(field.split(".")[1:], value)},
-               "--config")
+        config_lib.apply_overrides(config, {field: value})
     return config_lib.validate(config)
-
-
-def _nest(path: list[str], value: Any) -> Any:
-    return {path[0]: _nest(path[1:], value)} if path else value
 
 
 def _merge(config: ConfigDict, values: dict[str, Any], origin: str, prefix: str = "") -> None:

@@ -1,9 +1,18 @@
-"""Experiment configuration: the paper's defaults, the named model variants, and validation.
+"""Experiment configuration: the paper's defaults, its named models, datasets and scales as
+data, one way to override any field, and validation.
 
-Every config file under ``configs/`` is a thin ``get_config(arg)`` that calls :func:`build`
-with a variant name and a dataset name. Variants are data (``VARIANTS``): the base model,
-the big model and every row of Table 3 of the paper, each a small dict of overrides on the
-base model. A config is a ``ml_collections.ConfigDict`` with five sections:
+Every config file under ``configs/`` is a thin ``get_config(arg)`` calling :func:`from_arg`,
+which builds a config from three tables (:func:`build`):
+
+* ``VARIANTS`` -- the base model, the big model and every row of Table 3 of the paper, each a
+  :class:`Variant`: dotted overrides of any section (``{"model.num_heads": 4, ...}``), the
+  Table 3 row and quantity it varies, and overrides that hold on one dataset only (big on
+  EN-FR: P_drop 0.1). The row sweeps (:func:`table3_rows`) are derived from it.
+* ``DATASETS`` -- each dataset's own settings (languages, vocabulary size).
+* ``SCALES`` -- the sizes at which any variant trains: ``paper`` and ``demo`` (CPU size); a
+  variant keeps its ratios to the base model at every scale.
+
+A config is a ``ml_collections.ConfigDict`` with five sections:
 
 * ``model``  -- the architecture (names as in the paper: ``d_model``, ``d_ff``, ``num_heads``...)
 * ``data``   -- which dataset, vocabulary and batching
@@ -11,49 +20,137 @@ base model. A config is a ``ml_collections.ConfigDict`` with five sections:
 * ``train``  -- steps, label smoothing, logging, checkpoints, parallelism
 * ``decode`` -- decoding strategy (the paper's beam search by default)
 
-:func:`validate` refuses an invalid config with one :class:`ConfigError` naming the field and
-the allowed range, before anything is compiled.
+:func:`apply_overrides` is the one way to change fields by their dotted names (the command
+line's ``--config.FIELD=VALUE``, sweeps' grids); :func:`validate` refuses an invalid config
+with one :class:`ConfigError` naming the field and the allowed range, before anything is
+compiled.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import ml_collections
 
+from transformer_jax import paper
 from transformer_jax.errors import ConfigError
+
+# The quantities of Table 3, by the paper's column names: (config field, short tag). The tag
+# names a row's sweep when the row varies several quantities (C_N, C_d, C_ff, D_drop, D_ls).
+QUANTITIES: dict[str, tuple[str, str]] = {
+    "N": ("model.num_layers", "N"),
+    "d_model": ("model.d_model", "d"),
+    "d_ff": ("model.d_ff", "ff"),
+    "h": ("model.num_heads", "h"),
+    "d_k": ("model.d_k", "dk"),
+    "d_v": ("model.d_v", "dv"),
+    "P_drop": ("model.dropout_rate", "drop"),
+    "eps_ls": ("train.label_smoothing", "ls"),
+    "positions": ("model.positions", "pos"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A named model of the paper: dotted overrides of the base config.
+
+    ``row`` and ``quantity`` name the Table 3 row and the quantity (a key of ``QUANTITIES``)
+    the variant varies ("" for the base and big models); ``datasets`` holds overrides that
+    apply on one dataset only.
+    """
+
+    overrides: Mapping[str, Any]
+    row: str = ""
+    quantity: str = ""
+    datasets: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+
 
 # Table 3 of the paper: each row is a set of overrides on the base model. Row A keeps
 # h * d_k = 512 constant; row C's d_model rows change d_k = d_v with it.
-VARIANTS: dict[str, dict[str, Any]] = {
-    "base": {},
-    "A_h1": dict(num_heads=1, d_k=512, d_v=512),
-    "A_h4": dict(num_heads=4, d_k=128, d_v=128),
-    "A_h16": dict(num_heads=16, d_k=32, d_v=32),
-    "A_h32": dict(num_heads=32, d_k=16, d_v=16),
-    "B_dk16": dict(d_k=16),
-    "B_dk32": dict(d_k=32),
-    "C_N2": dict(num_layers=2),
-    "C_N4": dict(num_layers=4),
-    "C_N8": dict(num_layers=8),
-    "C_d256": dict(d_model=256, d_k=32, d_v=32),
-    "C_d1024": dict(d_model=1024, d_k=128, d_v=128),
-    "C_ff1024": dict(d_ff=1024),
-    "C_ff4096": dict(d_ff=4096),
-    "D_drop0": dict(dropout_rate=0.0),
-    "D_drop02": dict(dropout_rate=0.2),
-    "D_ls0": dict(label_smoothing=0.0),
-    "D_ls02": dict(label_smoothing=0.2),
-    "E_learned": dict(positions="learned"),
-    # The big model: 300K steps and the last 20 checkpoints averaged (set in `build`).
-    "big": dict(d_model=1024, d_ff=4096, num_heads=16, dropout_rate=0.3),
+VARIANTS: dict[str, Variant] = {
+    "base": Variant({}),
+    "A_h1": Variant({"model.num_heads": 1, "model.d_k": 512, "model.d_v": 512}, "A", "h"),
+    "A_h4": Variant({"model.num_heads": 4, "model.d_k": 128, "model.d_v": 128}, "A", "h"),
+    "A_h16": Variant({"model.num_heads": 16, "model.d_k": 32, "model.d_v": 32}, "A", "h"),
+    "A_h32": Variant({"model.num_heads": 32, "model.d_k": 16, "model.d_v": 16}, "A", "h"),
+    "B_dk16": Variant({"model.d_k": 16}, "B", "d_k"),
+    "B_dk32": Variant({"model.d_k": 32}, "B", "d_k"),
+    "C_N2": Variant({"model.num_layers": 2}, "C", "N"),
+    "C_N4": Variant({"model.num_layers": 4}, "C", "N"),
+    "C_N8": Variant({"model.num_layers": 8}, "C", "N"),
+    "C_d256": Variant({"model.d_model": 256, "model.d_k": 32, "model.d_v": 32}, "C", "d_model"),
+    "C_d1024": Variant({"model.d_model": 1024, "model.d_k": 128, "model.d_v": 128}, "C",
+                       "d_model"),
+    "C_ff1024": Variant({"model.d_ff": 1024}, "C", "d_ff"),
+    "C_ff4096": Variant({"model.d_ff": 4096}, "C", "d_ff"),
+    "D_drop0": Variant({"model.dropout_rate": 0.0}, "D", "P_drop"),
+    "D_drop02": Variant({"model.dropout_rate": 0.2}, "D", "P_drop"),
+    "D_ls0": Variant({"train.label_smoothing": 0.0}, "D", "eps_ls"),
+    "D_ls02": Variant({"train.label_smoothing": 0.2}, "D", "eps_ls"),
+    "E_learned": Variant({"model.positions": "learned"}, "E", "positions"),
+    # The big model: 300K steps, the last 20 checkpoints averaged, written every 600 steps
+    # (the paper's 10 minutes at its ~1.0 s a step). On EN-FR the paper uses P_drop 0.1.
+    "big": Variant({"model.d_model": 1024, "model.d_ff": 4096, "model.num_heads": 16,
+                    "model.dropout_rate": 0.3, "train.num_steps": 300_000,
+                    "train.keep_checkpoints": 20, "train.checkpoint_every": 600},
+                   datasets={"wmt14_enfr": {"model.dropout_rate": 0.1}}),
 }
 
-# Keys of a variant that live outside `config.model`.
-_TRAIN_KEYS = {"label_smoothing": "train"}
+# Each dataset's own settings, applied after the variant's overrides.
+DATASETS: dict[str, Mapping[str, Any]] = {
+    "builtin": {"data.source_lang": "en", "data.target_lang": "de",
+                "data.vocab_size": paper.VOCAB_SIZE_EN_DE},
+    "wmt14_ende": {"data.source_lang": "en", "data.target_lang": "de",
+                   "data.vocab_size": paper.VOCAB_SIZE_EN_DE},
+    "wmt14_enfr": {"data.source_lang": "en", "data.target_lang": "fr",
+                   "data.vocab_size": paper.VOCAB_SIZE_EN_FR},
+    # Your own files: the languages and vocabulary size are yours to set.
+    "text": {},
+}
 
-DATASETS = ("builtin", "wmt14_ende", "wmt14_enfr", "text")
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """A size at which every variant trains.
+
+    ``base`` gives the base model's values at this scale of the fields that scale: each
+    variant's value of such a field is multiplied by the base model's ratio (d_k and d_v
+    scale with d_model; the number of heads never scales). ``overrides`` are the data,
+    batch, schedule and evaluation settings of the scale; ``sweep`` what a sweep's points
+    add at this scale (end-of-run BLEU).
+    """
+
+    base: Mapping[str, int]
+    overrides: Mapping[str, Any]
+    sweep: Mapping[str, Any]
+
+
+SCALES: dict[str, Scale] = {
+    # The paper's size. A sweep's points score BLEU on the 3,000 sentences of newstest2013
+    # (what Table 3 reports) with beam search.
+    "paper": Scale({}, {}, {"train.bleu_sentences": 3000, "train.samples": 0}),
+    # CPU size: the base model becomes 3 layers, d_model 128, d_ff 512 for 450 steps of
+    # ~2,000-token batches on the built-in corpus, trained and evaluated in minutes. A sweep's
+    # points decode 300 sentences greedily (beam search would add minutes a point).
+    "demo": Scale(
+        {"model.num_layers": 3, "model.d_model": 128, "model.d_ff": 512,
+         "train.num_steps": 450},
+        {"model.max_len": 128, "data.vocab_size": 1000, "data.max_len": 64,
+         "data.vocab_sample": 1_000_000,  # characters per side: plenty for 1,000 pieces
+         # Small batches: on a CPU more updates per token reach a given BLEU sooner.
+         "data.tokens_per_batch": 2048, "optim.warmup_steps": 300, "train.log_every": 50,
+         "train.eval_every": 150, "train.eval_batches": 0,  # the whole validation split
+         "train.checkpoint_every": 150, "train.bleu_sentences": 1000, "train.samples": 5,
+         "decode.batch_size": 250},
+        {"train.bleu_sentences": 300, "train.samples": 0, "decode.strategy": "greedy"}),
+}
+
+# The seed of a sweep's seed axis sets all of these: initialisation and dropout, and the
+# order of the training data.
+SEED_FIELDS = ("train.seed", "data.shuffle_seed")
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.positions": ("sinusoidal", "learned"),
@@ -61,10 +158,12 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "model.attention": ("dense", "blockwise", "local", "cudnn"),
     "model.dtype": ("float32", "bfloat16"),
     "model.dropout_impl": ("hash", "jax"),
-    "data.name": DATASETS,
+    "data.name": tuple(DATASETS),
+    "data.defaults_for": tuple(DATASETS),
     "train.parallel": ("pmap", "sharded"),
     "train.nonfinite": ("skip", "stop"),
     "decode.strategy": ("greedy", "beam", "sample"),
+    "scale": tuple(SCALES),
 }
 
 
@@ -72,7 +171,7 @@ def base_config() -> ml_collections.ConfigDict:
     """The paper's Transformer (base) and its WMT14 EN-DE training recipe."""
     c = ml_collections.ConfigDict()
     c.variant = "base"
-    c.scale = "paper"  # "demo" when shrunk to CPU size (configs/demo.py)
+    c.scale = "paper"  # a key of SCALES: "demo" when shrunk to CPU size
 
     c.model = m = ml_collections.ConfigDict()
     m.num_layers = 6  # N, the same for encoder and decoder
@@ -103,13 +202,16 @@ def base_config() -> ml_collections.ConfigDict:
 
     c.data = d = ml_collections.ConfigDict()
     d.name = "wmt14_ende"
+    # The dataset whose settings (DATASETS, the variant's own for it) the config holds; a
+    # change of data.name through apply_overrides brings the new dataset's settings.
+    d.defaults_for = "wmt14_ende"
     d.data_dir = ""  # TFDS data dir; "" = TFDS default (~/tensorflow_datasets)
     d.source_lang = "en"
     d.target_lang = "de"
     d.train_files = ""  # for name="text": "src.txt,tgt.txt" or "pairs.tsv"
     d.eval_files = ""
     d.test_files = ""
-    d.vocab_size = 37000  # shared source-target BPE vocabulary
+    d.vocab_size = paper.VOCAB_SIZE_EN_DE  # shared source-target BPE vocabulary
     d.vocab_sample = 10_000_000  # characters per side sampled to train the vocabulary
     d.max_len = 256  # tokens per sentence; longer pairs are counted and skipped
     d.tokens_per_batch = 25_000  # per side, per optimizer step, summed over devices
@@ -134,7 +236,9 @@ def base_config() -> ml_collections.ConfigDict:
     t.log_every = 100
     t.eval_every = 2000
     t.eval_batches = 20  # batches of the validation split for loss/perplexity
-    t.checkpoint_every = 2000
+    # The paper averages the last 5 checkpoints, written 10 minutes apart at its ~0.4 s a
+    # step: 1,500 steps.
+    t.checkpoint_every = 1500
     t.keep_checkpoints = 5  # the base model averages the last 5
     t.parallel = "pmap"  # or "sharded": jax.jit over a device mesh
     t.model_parallel = 1  # "sharded" only: devices per model replica (splits heads and d_ff)
@@ -171,46 +275,66 @@ def base_config() -> ml_collections.ConfigDict:
     return c
 
 
-def build(variant: str = "base", dataset: str = "wmt14_ende") -> ml_collections.ConfigDict:
-    """A config for a named variant of ``VARIANTS`` trained on a named dataset.
+def build(variant: str = "base", dataset: str = "wmt14_ende",
+          scale: str = "paper") -> ml_collections.ConfigDict:
+    """The config of a named variant of ``VARIANTS`` on a named dataset at a named scale:
+    the base config, the variant's overrides, the dataset's settings (and the variant's own
+    for it), then the scale.
 
-    Raises ConfigError naming the variant or dataset if either is unknown.
+    Raises ConfigError naming the variant, dataset or scale if one is unknown.
     """
-    if variant not in VARIANTS:
-        raise ConfigError(f"unknown variant {variant!r}; known: {', '.join(VARIANTS)}")
+    for name, table, what in [(variant, VARIANTS, "variant"), (dataset, DATASETS, "dataset"),
+                              (scale, SCALES, "scale")]:
+        if name not in table:
+            raise ConfigError(f"unknown {what} {name!r}; known: {', '.join(table)}")
     c = base_config()
     c.variant = variant
-    for key, value in VARIANTS[variant].items():
-        section = _TRAIN_KEYS.get(key, "model")
-        c[section][key] = value
-    if variant == "big":
-        c.train.num_steps = 300_000
-        c.train.keep_checkpoints = 20
-    set_dataset(c, dataset)
+    _apply(c, VARIANTS[variant].overrides, f"variant {variant}")
+    _apply(c, dataset_settings(variant, dataset), f"dataset {dataset}")
+    c.data.name = c.data.defaults_for = dataset
+    apply_scale(c, scale)
     return c
 
 
-def set_dataset(c: ml_collections.ConfigDict, dataset: str) -> None:
-    """Points ``c.data`` at a dataset with the paper's settings for it."""
-    if dataset not in DATASETS:
-        raise ConfigError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
-    c.data.name = dataset
-    if dataset == "wmt14_enfr":
-        c.data.target_lang = "fr"
-        c.data.vocab_size = 32000
-        if c.variant == "big":
-            c.model.dropout_rate = 0.1  # the paper's big EN-FR uses P_drop = 0.1
+def dataset_settings(variant: str, dataset: str) -> dict[str, Any]:
+    """The fields a dataset sets for a variant: its own settings, then the variant's for it."""
+    return {**DATASETS[dataset], **VARIANTS[variant].datasets.get(dataset, {})}
+
+
+def apply_scale(c: ml_collections.ConfigDict, scale: str) -> ml_collections.ConfigDict:
+    """Brings a paper-size config to ``scale``, keeping the variant's ratios to the base model.
+
+    Each field of the scale's ``base`` becomes the config's value times the scale's ratio to
+    the base model (d_model 128/512 at demo scale: C_d1024 becomes 256, d_k and d_v scale with
+    d_model, big's 300K steps become 1,350); the number of heads stays the variant's, so row A
+    keeps h * d_k = d_model. Then the scale's data, batch and schedule settings.
+    """
+    if scale not in SCALES:
+        raise ConfigError(f"unknown scale {scale!r}; known: {', '.join(SCALES)}")
+    s, paper_base = SCALES[scale], base_config()
+    ratios = {path: size / _get(paper_base, path) for path, size in s.base.items()}
+    if "model.d_model" in ratios:
+        ratios.update(dict.fromkeys(("model.d_k", "model.d_v"), ratios["model.d_model"]))
+    for path, ratio in ratios.items():
+        value = _get(c, path)
+        if value:  # 0 stays 0 (d_k, d_v derived as d_model // num_heads)
+            set_field(c, path, max(1, round(value * ratio)))
+    _apply(c, s.overrides, f"scale {scale}")
+    c.scale = scale
+    return c
 
 
 def from_arg(arg: str | None, default_variant: str = "base",
-             default_dataset: str = "wmt14_ende") -> ml_collections.ConfigDict:
-    """The config named by a config-file argument ``"VARIANT[,dataset=NAME]"``."""
+             default_dataset: str = "wmt14_ende",
+             default_scale: str = "paper") -> ml_collections.ConfigDict:
+    """The config named by a config-file argument ``"VARIANT[,dataset=NAME][,scale=NAME]"``."""
     variant, options = parse_variant_arg(arg, default_variant)
-    unknown = set(options) - {"dataset"}
+    unknown = set(options) - {"dataset", "scale"}
     if unknown:
         raise ConfigError(f"unknown config option(s) {', '.join(sorted(unknown))} in {arg!r}; "
-                          "the only option is dataset=NAME")
-    return build(variant, options.get("dataset", default_dataset))
+                          "the options are dataset=NAME and scale=NAME")
+    return build(variant, options.get("dataset", default_dataset),
+                 options.get("scale", default_scale))
 
 
 def parse_variant_arg(arg: str | None, default: str = "base") -> tuple[str, dict[str, str]]:
@@ -231,6 +355,104 @@ def parse_variant_arg(arg: str | None, default: str = "base") -> tuple[str, dict
     return variant, options
 
 
+# ----------------------------------------------------------------------------------------
+# Overrides by dotted name
+
+
+def set_field(c: ml_collections.ConfigDict, path: str, value: Any, origin: str = "") -> None:
+    """``c.a.b = value`` for ``path="a.b"``; ConfigError naming the field if it is unknown or
+    the value's type does not fit (an int where a float is expected is taken)."""
+    where = f"{origin}: " if origin else ""
+    *parents, leaf = path.split(".")
+    node = c
+    for part in parents:
+        if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
+            raise ConfigError(f"{where}unknown config field {path}")
+        node = node[part]
+    if leaf not in node or isinstance(node[leaf], ml_collections.ConfigDict):
+        raise ConfigError(f"{where}unknown config field {path}")
+    try:
+        node[leaf] = value
+    except TypeError as e:
+        raise ConfigError(f"{where}{path}={value!r}: {e}") from e
+
+
+def _apply(c: ml_collections.ConfigDict, overrides: Mapping[str, Any], origin: str) -> None:
+    for path, value in overrides.items():
+        set_field(c, path, value, origin)
+
+
+def apply_overrides(c: ml_collections.ConfigDict, overrides: Mapping[str, Any],
+                    origin: str = "--config") -> ml_collections.ConfigDict:
+    """Sets dotted fields (``{"optim.lr_scale": 2.0, "data.name": "wmt14_enfr"}``) and
+    returns ``c``: the one way the command line and sweeps change a config.
+
+    A new ``data.name`` first brings that dataset's settings for the config's variant (EN-FR:
+    target language fr, vocabulary 32,000, big's P_drop 0.1), except in fields the config
+    had already changed from the old dataset's; the overrides given win over both. An unknown
+    field or a value of the wrong type raises ConfigError naming the field (values are
+    checked against their ranges by :func:`validate`).
+    """
+    dataset = overrides.get("data.name")
+    if dataset is not None and dataset != c.data.get("defaults_for", dataset):
+        _switch_dataset(c, dataset, origin)
+    _apply(c, overrides, origin)
+    return c
+
+
+def _switch_dataset(c: ml_collections.ConfigDict, dataset: str, origin: str) -> None:
+    if dataset not in DATASETS:
+        raise ConfigError(f"{origin}: data.name={dataset!r} is not one of "
+                          f"{', '.join(DATASETS)}")
+    if c.get("variant") not in VARIANTS:
+        raise ConfigError(f"{origin}: data.name={dataset}: the settings of {dataset} are "
+                          f"known for the variants of configs/table3.py, not "
+                          f"{c.get('variant')!r}; start from a config file for {dataset} "
+                          "(configs/wmt14_enfr.py, configs/wmt14_ende.py, configs/text.py)")
+    scale = c.get("scale", "paper")
+    before = build(c.variant, c.data.defaults_for, scale)
+    after = build(c.variant, dataset, scale)
+    fields = {path for table in [*DATASETS.values(),
+                                 *(d for v in VARIANTS.values() for d in v.datasets.values())]
+              for path in table}
+    for path in sorted(fields):
+        if _get(c, path) == _get(before, path):  # not changed by the config file or the user
+            set_field(c, path, _get(after, path), origin)
+    c.data.name = c.data.defaults_for = dataset
+
+
+# ----------------------------------------------------------------------------------------
+# Table 3's rows, derived from VARIANTS
+
+
+def quantity(c: ml_collections.ConfigDict, name: str) -> Any:
+    """The value of a Table 3 quantity (a key of QUANTITIES) in a config; d_k and d_v
+    resolved when derived."""
+    if name in ("d_k", "d_v"):
+        return derived_dims(c.model)[0 if name == "d_k" else 1]
+    return _get(c, QUANTITIES[name][0])
+
+
+def table3_rows() -> dict[str, tuple[str, list[str]]]:
+    """The sweeps of Table 3: {name: (quantity, [variant, ...])}, each row's variants and the
+    base model in increasing order of the quantity (the base model first where the values
+    are not numbers). Named after the row ("A", "B", "E"), or the row and the quantity's tag
+    where a row varies several quantities ("C_N", "C_d", "C_ff", "D_drop", "D_ls")."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for name, v in VARIANTS.items():
+        if v.row:
+            groups.setdefault((v.row, v.quantity), []).append(name)
+    rows = {}
+    for (row, q), names in groups.items():
+        several = len({qq for r, qq in groups if r == row}) > 1
+        values = {n: quantity(build(n), q) for n in ["base", *names]}
+        order = ["base", *names]
+        if all(isinstance(x, int | float) for x in values.values()):
+            order.sort(key=values.__getitem__)
+        rows[f"{row}_{QUANTITIES[q][1]}" if several else row] = (q, order)
+    return rows
+
+
 def derived_dims(m: ml_collections.ConfigDict) -> tuple[int, int]:
     """(d_k, d_v) with 0 resolved to d_model // num_heads."""
     d_k = m.d_k or m.d_model // m.num_heads
@@ -248,7 +470,7 @@ def _get(c: ml_collections.ConfigDict, path: str) -> Any:
 
 
 # Fields holding strings without a fixed set of values ("" allowed where it means a default).
-STRINGS = ("variant", "scale", "data.data_dir", "data.source_lang", "data.target_lang",
+STRINGS = ("variant", "data.data_dir", "data.source_lang", "data.target_lang",
            "data.train_files", "data.eval_files", "data.test_files")
 BOOLS = ("model.share_embeddings", "model.remat", "data.packing")
 # Integer fields and their lowest allowed value.

@@ -79,6 +79,20 @@ class MetricWriter:
                            if k not in ("source_tokens_per_s", "skipped_long_pairs", "tokens"))
         logging.info("%-5s step %d | %s", split, step, shown)
 
+    def hparams(self, values: dict[str, Any], metrics: dict[str, float], step: int) -> None:
+        """The run's hyperparameters and final metrics for TensorBoard's HParams dashboard
+        (``<workdir>/tb/hparams``), so that ``tensorboard --logdir=SWEEP_ROOT`` compares the
+        points of a sweep. Values that are not numbers, strings or booleans are written as
+        text; metrics are named ``hparams/NAME`` to stay apart from the logged scalars."""
+        if not self.enabled:
+            return
+        values = {k: v if isinstance(v, bool | int | float | str) else str(v)
+                  for k, v in values.items()}
+        metrics = {f"hparams/{k}": float(v) for k, v in metrics.items()
+                   if isinstance(v, int | float) and not isinstance(v, bool)}
+        self._tb.add_hparams(values, metrics, name="hparams", global_step=step)
+        self._tb.flush()
+
     def sample(self, source: str, reference: str, hypothesis: str) -> None:
         if self.enabled:
             print(f"  source:    {source}\n  reference: {reference}\n  output:    {hypothesis}\n",

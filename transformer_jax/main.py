@@ -29,7 +29,8 @@ def main(argv: list[str], config_flag: Any, workdir_flag: Any) -> None:
     with cli.clean_errors():
         from transformer_jax import config as config_lib, parallel
 
-        config = config_lib.validate(config_flag.value)  # refuse bad values before anything
+        # Bad values are refused before anything starts.
+        config = config_lib.validate(cli.flag_config(config_flag))
         parallel.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value,
                                         _PROCESS_ID.value)
         from transformer_jax import train

@@ -86,7 +86,7 @@ def main(argv: list[str], config_flag: Any) -> None:
 
     cli.no_extra_args(argv)
     with cli.clean_errors():
-        config = config_lib.validate(config_flag.value)
+        config = config_lib.validate(cli.flag_config(config_flag))
         model_config = model_config_of(config)
         print(f"params: {count(param_shapes(model_config))}")
         print(f"flops_per_target_token: "

@@ -1,24 +1,29 @@
-"""Sweeps: one training run per point of an experiment, each in its own workdir, run here,
-printed, or submitted to SLURM or a Cloud TPU pod slice.
+"""Sweeps: one training run per point of a grid, each in its own workdir, run here,
+printed, or submitted to SLURM or a Cloud TPU pod slice; where they stand; what they record.
 
     python -m transformer_jax.sweep experiments/heads_ablation.py --root=runs/heads \
-        [--launcher=local|print|slurm|tpu] [--scale=demo] [--parallel=K] [--dry_run] \
-        [--config.FIELD=VALUE ...]
+        [--seeds=3] [--launcher=local|print|slurm|tpu] [--scale=demo] [--parallel=K] \
+        [--dry_run] [--status] [--config.FIELD=VALUE ...]
+    python -m transformer_jax.sweep configs/table3.py:base --root=runs/lr \
+        --grid=optim.lr_scale=0.5,1,2 --grid=optim.warmup_steps=2000,4000 --seeds=3
 
-An experiment file defines ``get_sweep(arg) -> Sweep``: a config file (``configs/table3.py``),
-the swept quantity's name and one :class:`Point` per value, each naming a variant of the
-config (``A_h4``) and any overrides. Point ``p`` trains in ``ROOT/p`` with the ordinary
-command ``python -m transformer_jax.main --config=CONFIG:VARIANT --workdir=ROOT/p
---config.FIELD=VALUE ...``, the overrides being every field where the point's config differs
-from the config file's own.
+The first argument is an experiment file or a config file with its variant. An experiment
+file defines ``get_sweep(arg) -> Sweep``: a config file (``configs/table3.py``) and a grid of
+points built with :mod:`transformer_jax.hyper` over named variants and any dotted field. A
+config file sweeps its variant over the ``--grid`` axes alone. ``--grid`` axes and ``--seeds``
+multiply either's points. Each point trains in ``ROOT/NAME``, named after its values
+(``lr_scale=0.5,warmup_steps=2000,seed=1``), with the ordinary command ``python -m
+transformer_jax.main --config=CONFIG:VARIANT --workdir=ROOT/NAME --config.FIELD=VALUE ...``,
+the overrides being every field where the point's config differs from the config file's own.
 
 Re-running a sweep is safe: a finished point (``final_metrics.json`` at the config's last
 step) is skipped and an unfinished one is started again, which resumes from its latest
 checkpoint. ``ROOT/sweep.json`` records the sweep for ``python -m transformer_jax.compare
-ROOT``; ``ROOT/POINT/sweep_point.json`` records each attempt (command, start, wall and CPU
-seconds, exit status, SLURM job id).
+ROOT``; ``ROOT/NAME/sweep_point.json`` records the point (its swept values and seeds) and each
+attempt (command, start, wall and CPU seconds, exit status, SLURM job id). ``--status`` says
+where every point stands.
 
-``--scale=demo`` shrinks every point to CPU size on the built-in corpus (:func:`scale_to_demo`).
+``--scale=demo`` trains every point at the demo scale of config.SCALES on the built-in corpus.
 """
 
 from __future__ import annotations
@@ -43,50 +48,70 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from transformer_jax import cli, config as config_lib, workdirs
+from transformer_jax import cli, config as config_lib, faults, hyper, workdirs
 from transformer_jax.errors import ConfigError, UserError
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCHERS = ("local", "print", "slurm", "tpu")
-SCALES = ("paper", "demo")
-# Sentences decoded for BLEU at the end of each point: newstest2013 has 3,000, which the
-# paper's Table 3 scores in full; at demo scale a few hundred keep the sweep within minutes.
-BLEU_SENTENCES = {"paper": 3000, "demo": 300}
-
-
-@dataclasses.dataclass(frozen=True)
-class Point:
-    """One training run: a named variant of the sweep's config file, at one swept value.
-
-    ``overrides`` maps dotted config fields to values ({"train.num_steps": 1000});
-    ``name`` (default: the variant) names the workdir under the sweep's root.
-    """
-
-    variant: str
-    value: Any
-    overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
-    name: str = ""
-
-    @property
-    def label(self) -> str:
-        return self.name or self.variant
 
 
 @dataclasses.dataclass(frozen=True)
 class Sweep:
-    """An experiment: points over one swept quantity, on one config file.
+    """An experiment: a grid of points (transformer_jax.hyper) on one config file.
 
-    ``overrides`` apply to every point, ``demo_overrides`` to every point at scale "demo"
-    (after the scaling rule).
+    ``parameter`` is the quantity on the report's x axis: a Table 3 quantity
+    (config.QUANTITIES, read from each point's variant at the paper's scale), a swept field,
+    or "" for the first swept field. ``overrides`` apply to every point, ``demo_overrides``
+    to every point at scale "demo"; ``variant`` is that of points that name none.
     """
 
     name: str
     config: str
-    parameter: str
-    points: tuple[Point, ...]
+    grid: Sequence[dict[str, Any]]
+    parameter: str = ""
     overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     demo_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     description: str = ""
+    variant: str = "base"
+
+    def points(self) -> list[Point]:
+        """The grid's points, named; UserError when two are the same."""
+        try:
+            labels = hyper.names(self.grid, default=self.variant)
+        except ValueError as e:
+            raise UserError(f"sweep {self.name}: {e}") from e
+        fields = hyper.varying(self.grid)
+        parameter = self.parameter or next(iter(fields), hyper.VARIANT)
+        return [Point(label, dict(g), g.get(hyper.VARIANT, self.variant),
+                      hyper.setting(g, fields) or g.get(hyper.VARIANT, self.variant),
+                      self._value(g, parameter))
+                for label, g in zip(labels, self.grid, strict=True)]
+
+    def _value(self, point: dict[str, Any], parameter: str) -> Any:
+        if parameter in point:
+            return point[parameter]
+        variant = point.get(hyper.VARIANT, self.variant)
+        if parameter in config_lib.QUANTITIES and variant in config_lib.VARIANTS:
+            return config_lib.quantity(config_lib.build(variant), parameter)
+        return variant
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One training run: ``name`` (its workdir under the root), its grid ``fields``
+    (``"variant"``, ``"seed"`` and dotted config fields), its ``variant`` of the config file,
+    its ``setting`` (the name without the seed: replicas over seeds share it) and the value
+    of the sweep's parameter."""
+
+    name: str
+    fields: dict[str, Any]
+    variant: str
+    setting: str
+    value: Any
+
+    @property
+    def label(self) -> str:
+        return self.name
 
 
 # ----------------------------------------------------------------------------------------
@@ -102,18 +127,69 @@ def _load_module(path: Path, kind: str) -> Any:
     return module
 
 
-def load_experiment(spec: str) -> Sweep:
-    """The sweep of ``"experiments/FILE.py[:ARG]"`` (``get_sweep(ARG)``)."""
+def load_experiment(spec: str, grid: Sequence[str] = (), seeds: int = 0) -> Sweep:
+    """The sweep of ``"experiments/FILE.py[:ARG]"`` (``get_sweep(ARG)``) or of
+    ``"configs/FILE.py[:VARIANT]"`` (its variant alone), times the ``--grid`` axes
+    (``"optim.lr_scale=0.5,1,2"``) and ``seeds`` seeds."""
     path, _, arg = spec.partition(":")
     module = _load_module(Path(path), "experiment")
-    if not hasattr(module, "get_sweep"):
-        raise UserError(f"{path}: an experiment file defines get_sweep(arg) -> Sweep")
-    sweep = module.get_sweep(arg or None)
-    labels = [p.label for p in sweep.points]
-    duplicates = sorted({x for x in labels if labels.count(x) > 1})
-    if duplicates:
-        raise UserError(f"{spec}: point names must be unique; repeated: {', '.join(duplicates)}")
+    if hasattr(module, "get_sweep"):
+        sweep = module.get_sweep(arg or None)
+    elif hasattr(module, "get_config"):
+        variant, options = config_lib.parse_variant_arg(arg or None)
+        if options:
+            raise UserError(f"{spec}: give the variant alone (dataset and scale come from "
+                            "--config.data.name and --scale)")
+        name = Path(path).stem + ("" if variant == "base" and not arg else f"_{variant}")
+        sweep = Sweep(name=name, config=path, grid=[{hyper.VARIANT: variant}],
+                      description=f"{path}:{variant}", variant=variant)
+    else:
+        raise UserError(f"{path}: an experiment file defines get_sweep(arg) -> Sweep, a config "
+                        "file get_config(arg)")
+    axes = [parse_grid(g) for g in grid] + ([hyper.seeds(seeds)] if seeds else [])
+    if seeds and any(f in hyper.SEED_LIKE for p in sweep.grid for f in p):
+        raise UserError(f"--seeds={seeds}: {spec} sweeps its seeds already")
+    if axes:
+        sweep = dataclasses.replace(sweep, grid=hyper.product([sweep.grid, *axes]))
+    sweep.points()  # names unique
     return sweep
+
+
+def parse_grid(text: str) -> list[dict[str, Any]]:
+    """The axis of ``--grid=FIELD=V1,V2,...``, each value read as the field's type (``variant``
+    takes variant names); UserError naming the field or value that does not fit."""
+    field, sep, values = text.partition("=")
+    field = field.strip().removeprefix("config.")
+    if not sep or not values.strip():
+        raise UserError(f"--grid={text}: give FIELD=VALUE,VALUE,... e.g. "
+                        "--grid=optim.lr_scale=0.5,1,2")
+    items = [v.strip() for v in values.split(",")]
+    if field in (hyper.VARIANT, hyper.SEED):
+        return hyper.sweep(field, [int(v) if field == hyper.SEED and v.isdigit() else v
+                                   for v in items])
+    try:
+        current = config_lib._get(config_lib.base_config(), field)
+    except ConfigError as e:
+        raise UserError(f"--grid={text}: unknown config field {field}") from e
+    return hyper.sweep(field, [_parse_value(field, v, current) for v in items])
+
+
+def _parse_value(field: str, text: str, current: Any) -> Any:
+    try:
+        if isinstance(current, bool):
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return text.lower() in ("true", "1")
+        if isinstance(current, int):
+            return int(text)
+        if isinstance(current, float):
+            return float(text)
+        if isinstance(current, tuple | list):
+            return tuple(int(x) for x in text.split(":") if x)
+    except ValueError:
+        kind = type(current).__name__
+        raise UserError(f"--grid: {field}={text!r} is not a {kind}") from None
+    return text
 
 
 @functools.cache
@@ -122,53 +198,9 @@ def _config_module(path: str) -> Any:
 
 
 def config_arg(point: Point, scale: str) -> str:
-    """The config file's argument for a point: ``VARIANT`` or ``VARIANT,dataset=builtin``."""
-    return point.variant + (",dataset=builtin" if scale == "demo" else "")
-
-
-def scale_to_demo(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """Shrinks a config to the CPU demo's size (configs/demo.py), keeping the variant's
-    ratios to the base model.
-
-    Data, batches, schedule and evaluation become the demo's. Each model dimension is the
-    variant's times the demo's ratio to the base model (d_model and d_k, d_v: 128/512;
-    d_ff: 512/2048; layers: 3/6), and so is the number of steps (450/100K): C_d1024 becomes
-    d_model 256 with d_k 32, C_N2 one layer, big d_model 256 and d_ff 1,024 for 1,350 steps.
-    The number of heads is the variant's, so row A keeps h * d_k = d_model: at d_model 128,
-    h = 1, 4, 8, 16, 32 have d_k = 128, 32, 16, 8, 4.
-    """
-    shrink = _config_module(str(REPO / "configs" / "demo.py")).shrink
-    paper, demo = config_lib.base_config(), shrink(config_lib.base_config())
-    m, steps = c.model.to_dict(), c.train.num_steps
-
-    def scaled(value: int, field: str) -> int:
-        return max(1, round(value * demo.model[field] / paper.model[field]))
-
-    shrink(c)
-    c.model.num_layers = scaled(m["num_layers"], "num_layers")
-    c.model.d_model = scaled(m["d_model"], "d_model")
-    c.model.d_ff = scaled(m["d_ff"], "d_ff")
-    c.model.num_heads = m["num_heads"]
-    for field in ("d_k", "d_v"):  # 0 stays 0: derived as d_model // num_heads
-        c.model[field] = scaled(m[field], "d_model") if m[field] else 0
-    c.train.num_steps = max(1, round(steps * demo.train.num_steps / paper.train.num_steps))
-    return c
-
-
-def set_field(c: ml_collections.ConfigDict, path: str, value: Any) -> None:
-    """``c.a.b = value`` for ``path="a.b"``; ConfigError naming an unknown field."""
-    *parents, leaf = path.split(".")
-    node = c
-    for part in parents:
-        if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
-            raise ConfigError(f"unknown config field {path}")
-        node = node[part]
-    if leaf not in node:
-        raise ConfigError(f"unknown config field {path}")
-    try:
-        node[leaf] = value
-    except TypeError as e:
-        raise ConfigError(f"{path}={value!r}: {e}") from e
+    """The config file's argument for a point: ``VARIANT`` at the paper's scale,
+    ``VARIANT,dataset=builtin,scale=demo`` at the demo scale."""
+    return point.variant + ("" if scale == "paper" else f",dataset=builtin,scale={scale}")
 
 
 def point_config(sweep: Sweep, point: Point, scale: str = "paper",
@@ -176,38 +208,31 @@ def point_config(sweep: Sweep, point: Point, scale: str = "paper",
                  ) -> tuple[ml_collections.ConfigDict, ml_collections.ConfigDict]:
     """(the point's config, the config file's own config for the point's variant).
 
-    In order: the variant, the demo scaling, end-of-run BLEU settings, the sweep's overrides,
-    the point's, then ``overrides`` (from the command line). Raises ConfigError naming the
-    point.
+    In order: the config file's variant at the scale, end-of-run BLEU settings, the sweep's
+    overrides, the point's grid values (``seed`` setting every field of
+    config.SEED_FIELDS), then ``overrides`` (from the command line), each applied by
+    config.apply_overrides. Raises ConfigError naming the point.
     """
     try:
         own = _config_module(sweep.config).get_config(config_arg(point, scale))
         c = ml_collections.ConfigDict(own.to_dict())
-        if scale == "demo":
-            scale_to_demo(c)
-        layers = [bleu_settings(scale), sweep.overrides,
-                  sweep.demo_overrides if scale == "demo" else {}, point.overrides,
-                  overrides or {}]
+        values = {k: v for k, v in point.fields.items()
+                  if k not in (hyper.VARIANT, hyper.SEED, hyper.NAME)}
+        if hyper.SEED in point.fields:
+            values.update(dict.fromkeys(config_lib.SEED_FIELDS, point.fields[hyper.SEED]))
+        layers = [config_lib.SCALES[scale].sweep, sweep.overrides,
+                  sweep.demo_overrides if scale == "demo" else {}, values, overrides or {}]
         for layer in layers:
-            for path, value in layer.items():
-                set_field(c, path, value)
+            config_lib.apply_overrides(c, layer, f"point {point.name}")
         if not any("train.bleu_every" in layer for layer in layers):
             # Validation BLEU once, at the last step (known only now, after the overrides).
             c.train.bleu_every = c.train.num_steps if c.train.bleu_sentences else 0
         c.train.visualize_sentences = ()  # sweeps draw no pictures
         config_lib.validate(c)
     except UserError as e:
-        raise ConfigError(f"point {point.label}: {e}") from e
+        message = str(e) if str(e).startswith("point ") else f"point {point.name}: {e}"
+        raise ConfigError(message) from e
     return c, own
-
-
-def bleu_settings(scale: str) -> dict[str, Any]:
-    """End-of-run BLEU of the test split's first sentences, and no samples. At the demo scale
-    greedy, as in the demo: beam search would add minutes a point on a CPU."""
-    settings = {"train.bleu_sentences": BLEU_SENTENCES[scale], "train.samples": 0}
-    if scale == "demo":
-        settings["decode.strategy"] = "greedy"
-    return settings
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -239,7 +264,7 @@ def config_overrides(config: ml_collections.ConfigDict,
 def train_args(sweep: Sweep, point: Point, scale: str, config: ml_collections.ConfigDict,
                own: ml_collections.ConfigDict, root: str) -> tuple[str, str, list[str]]:
     """(config argument, workdir, overrides) of the point's training command."""
-    return (f"{sweep.config}:{config_arg(point, scale)}", os.path.join(root, point.label),
+    return (f"{sweep.config}:{config_arg(point, scale)}", os.path.join(root, point.name),
             config_overrides(config, own))
 
 
@@ -248,7 +273,7 @@ def command(launcher: str, sweep: Sweep, point: Point, args: tuple[str, str, lis
     """The command that trains one point with ``launcher``."""
     config, workdir, overrides = args
     if launcher == "slurm":
-        return ["sbatch", "--parsable", f"--job-name={sweep.name}-{point.label}",
+        return ["sbatch", "--parsable", f"--job-name={sweep.name}-{point.name}",
                 f"--output={workdir}/slurm-%j.out", "launch/slurm.sbatch", config, workdir,
                 *overrides]
     if launcher == "tpu":
@@ -261,14 +286,21 @@ def command(launcher: str, sweep: Sweep, point: Point, args: tuple[str, str, lis
 # Running a sweep
 
 
-def slurm_job_active(job_id: str) -> bool:
-    """Whether SLURM still has the job queued or running (False without squeue)."""
+def slurm_job_state(job_id: str) -> str | None:
+    """SLURM's state of a job still queued or running ("PENDING", "RUNNING", ...), or None
+    when it has left the queue or there is no squeue."""
     try:
         out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
                              text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return out.returncode == 0 and bool(out.stdout.strip())
+        return None
+    state = out.stdout.strip()
+    return state if out.returncode == 0 and state else None
+
+
+def slurm_job_active(job_id: str) -> bool:
+    """Whether SLURM still has the job queued or running (False without squeue)."""
+    return slurm_job_state(job_id) is not None
 
 
 def _check_root(root: Path, definition: dict[str, Any]) -> None:
@@ -292,6 +324,27 @@ def _check_workdir_model(workdir: Path, config: ml_collections.ConfigDict, label
                             "use another --root or remove the workdir")
 
 
+def point_record(sweep: Sweep, point: Point, config: ml_collections.ConfigDict
+                 ) -> dict[str, Any]:
+    """What the sweep says of a point, in sweep.json and the point's sweep_point.json: its
+    name, setting, variant, swept values and seeds."""
+    return {"name": point.name, "setting": point.setting, "variant": point.variant,
+            "value": point.value, "fields": point.fields,
+            "seeds": {f: config_lib._get(config, f) for f in config_lib.SEED_FIELDS}}
+
+
+def definition(sweep: Sweep, points: Sequence[Point], configs: dict[str, Any], scale: str,
+               experiment: str) -> dict[str, Any]:
+    """The sweep as recorded in ROOT/sweep.json."""
+    fields = hyper.varying([p.fields for p in points])
+    parameter = sweep.parameter or next(iter(fields), hyper.VARIANT)
+    return {"name": sweep.name, "experiment": experiment, "config": sweep.config,
+            "parameter": parameter, "swept": fields, "scale": scale,
+            "description": sweep.description,
+            "points": [{**point_record(sweep, p, configs[p.name][0]),
+                        "config": configs[p.name][0].to_dict()} for p in points]}
+
+
 def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "paper",
               parallel: int = 1, dry_run: bool = False,
               overrides: dict[str, Any] | None = None, experiment: str = "",
@@ -304,68 +357,68 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
     """
     if launcher not in LAUNCHERS:
         raise UserError(f"--launcher={launcher} is not one of {', '.join(LAUNCHERS)}")
-    if scale not in SCALES:
-        raise UserError(f"--scale={scale} is not one of {', '.join(SCALES)}")
+    if scale not in config_lib.SCALES:
+        raise UserError(f"--scale={scale} is not one of {', '.join(config_lib.SCALES)}")
     if parallel < 1:
         raise UserError(f"--parallel={parallel} must be >= 1")
     if launcher == "tpu" and parallel > 1:
         raise UserError("--launcher=tpu runs one point at a time on the pod slice; "
                         "use --parallel=1")
-    configs = {p.label: point_config(sweep, p, scale, overrides) for p in sweep.points}
+    points = sweep.points()
+    configs = {p.name: point_config(sweep, p, scale, overrides) for p in points}
     root_path = Path(root)
-    definition = {
-        "name": sweep.name, "experiment": experiment, "config": sweep.config,
-        "parameter": sweep.parameter, "scale": scale, "description": sweep.description,
-        "points": [{"name": p.label, "variant": p.variant, "value": p.value,
-                    "config": configs[p.label][0].to_dict()} for p in sweep.points]}
-    _check_root(root_path, definition)
+    record = definition(sweep, points, configs, scale, experiment)
+    _check_root(root_path, record)
     if not dry_run:
         root_path.mkdir(parents=True, exist_ok=True)
-        (root_path / "sweep.json").write_text(json.dumps(definition, indent=2))
+        faults.write_text_atomically(root_path / "sweep.json", json.dumps(record, indent=2))
 
     outcome, todo = {}, []
     squeue = slurm_job_active if launcher == "slurm" else None
-    for point in sweep.points:
-        config = configs[point.label][0]
-        status = workdirs.point_status(root_path / point.label, config.train.num_steps, squeue)
+    for point in points:
+        config = configs[point.name][0]
+        status = workdirs.point_status(root_path / point.name, config.train.num_steps, squeue)
         if status.kind in ("finished", "queued"):
-            outcome[point.label] = f"skipped: {status}"
-            logging.info("%s: %s, skipped", point.label, status)
+            outcome[point.name] = f"skipped: {status}"
+            logging.info("%s: %s, skipped", point.name, status)
             if launcher == "print":
-                print(f"# {point.label}: {status}")
+                print(f"# {point.name}: {status}")
             continue
-        _check_workdir_model(root_path / point.label, config, point.label)
+        _check_workdir_model(root_path / point.name, config, point.name)
         todo.append((point, status))
     if launcher == "local" and todo and not dry_run:
-        peak = _shared_cpu_peak([configs[p.label][0] for p, _ in todo])
-        configs.update({p.label: point_config(sweep, p, scale, {**(overrides or {}), **peak})
+        peak = _shared_cpu_peak([configs[p.name][0] for p, _ in todo])
+        configs.update({p.name: point_config(sweep, p, scale, {**(overrides or {}), **peak})
                         for p, _ in todo})
 
     pending = []
     for point, status in todo:
-        config, own = configs[point.label]
+        config, own = configs[point.name]
         cmd = command(launcher if launcher != "print" else "local", sweep, point,
                       train_args(sweep, point, scale, config, own, root),
                       python if launcher == "local" else "python")
         if launcher == "print":
             print(shlex.join(cmd))
         elif dry_run:
-            print(f"# {point.label} ({status}):\n{shlex.join(cmd)}")
+            print(f"# {point.name} ({status}):\n{shlex.join(cmd)}")
         else:
-            pending.append((point, root_path / point.label, cmd, config))
+            pending.append((point, root_path / point.name, cmd, config))
             continue
-        outcome[point.label] = "printed"
+        outcome[point.name] = "printed"
     if not pending:
         return outcome
     header = functools.partial(_header, sweep, launcher=launcher)
+    for point, workdir, _, config in pending:
+        # Before the run starts: it reads its swept values from here for TensorBoard.
+        workdirs.record_point(workdir, {**header(point), **point_record(sweep, point, config)})
     if launcher == "slurm":
         for point, workdir, cmd, _ in pending:
-            outcome[point.label] = _submit_slurm(cmd, workdir, header(point))
+            outcome[point.name] = _submit_slurm(cmd, workdir, header(point))
     else:
         run = functools.partial(_run_here, total=len(pending), header=header, root=root_path)
         workers = parallel if launcher == "local" else 1
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(run, i, *item): item[0].label
+            futures = {pool.submit(run, i, *item): item[0].name
                        for i, item in enumerate(pending)}
             for future in concurrent.futures.as_completed(futures):
                 outcome[futures[future]] = future.result()
@@ -373,7 +426,7 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
 
 
 def _header(sweep: Sweep, point: Point, launcher: str) -> dict[str, Any]:
-    return {"sweep": sweep.name, "point": point.label, "variant": point.variant,
+    return {"sweep": sweep.name, "point": point.name, "variant": point.variant,
             "value": point.value, "launcher": launcher}
 
 
@@ -471,6 +524,100 @@ def _submit_slurm(cmd: list[str], workdir: Path, header: dict[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------------------
+# Where a sweep stands
+
+
+def _running(workdir: Path) -> bool:
+    """Whether a run holds the workdir now: its hold is live, or it logged in the last five
+    minutes."""
+    hold_state = getattr(workdirs, "hold_state", None)
+    if hold_state is not None and (workdir / "hold.json").exists():
+        return hold_state(workdir) == "live"
+    try:
+        return time.time() - (workdir / "metrics.jsonl").stat().st_mtime < 300
+    except OSError:
+        return False
+
+
+def point_progress(workdir: Path, num_steps: int, squeue: Callable[[str], str | None] | None
+                   ) -> dict[str, Any]:
+    """Where one point stands: ``state`` (not started, running, queued, finished, failed,
+    stopped), its last logged step, loss and tokens/s, the seconds left at its last speed,
+    and the last error line of a failed point."""
+    record = workdirs.read_json(workdir / "sweep_point.json") or {}
+    last_attempt = (record.get("attempts") or [{}])[-1]
+    status = workdirs.point_status(workdir, num_steps)
+    log = workdirs.last_train_record(workdir) or {}
+    step = log.get("step")
+    state = status.kind
+    if state != "finished":
+        job = last_attempt.get("job_id")
+        slurm = squeue(job) if job and squeue else None
+        if slurm:
+            state = f"{slurm.lower()} under SLURM (job {job})"
+        elif _running(workdir):
+            state = "running"
+        elif state == "missing":
+            state = "not started"
+        elif state == "unfinished":
+            state = "stopped"
+    speed = log.get("steps_per_s")
+    left = (num_steps - step) / speed if speed and step is not None and \
+        state == "running" else None
+    return {"state": state, "step": step, "num_steps": num_steps, "loss": log.get("loss"),
+            "tokens_per_s": log.get("tokens_per_s"), "seconds_left": left,
+            "error": workdirs.last_error(workdir) if state == "failed" else "",
+            "wall_s": sum(a.get("wall_s", 0.0) for a in record.get("attempts", []))}
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+
+
+def status_lines(sweep: Sweep, root: str, scale: str = "paper",
+                 overrides: dict[str, Any] | None = None,
+                 squeue: Callable[[str], str | None] | None = slurm_job_state) -> list[str]:
+    """One line per point (state, last step, loss, tokens/s, time left or the last error
+    line), then the sweep's totals."""
+    points = sweep.points()
+    rows = []
+    for point in points:
+        config = point_config(sweep, point, scale, overrides)[0]
+        rows.append((point, point_progress(Path(root) / point.name, config.train.num_steps,
+                                           squeue)))
+    width = max(len(p.name) for p in points)
+    lines = []
+    for point, r in rows:
+        parts = [f"{point.name:<{width}}", r["state"]]
+        if r["step"] is not None:
+            parts.append(f"step {r['step']:,}/{r['num_steps']:,}")
+        if r["loss"] is not None:
+            parts.append(f"loss {r['loss']:.3f}")
+        if r["tokens_per_s"] is not None:
+            parts.append(f"{r['tokens_per_s']:,.0f} tokens/s")
+        if r["seconds_left"] is not None:
+            parts.append(f"~{_minutes(r['seconds_left'])} left")
+        if r["error"]:
+            parts.append(r["error"])
+        lines.append("  ".join(parts))
+    counts: dict[str, int] = {}
+    for _, r in rows:
+        key = r["state"].split(" (")[0]
+        counts[key] = counts.get(key, 0) + 1
+    total = f"{len(rows)} points: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+    done = [r["wall_s"] for _, r in rows if r["state"] == "finished" and r["wall_s"]]
+    waiting = sum(1 for _, r in rows if r["state"] in ("not started", "stopped", "failed"))
+    left = sum(r["seconds_left"] or 0.0 for _, r in rows)
+    if done and waiting:
+        left += waiting * sum(done) / len(done)
+    if left:
+        total += (f"; about {_minutes(left)} of training left, one point at a time"
+                  + (" (points not running counted at the finished points' mean)"
+                     if done and waiting else ""))
+    return [*lines, total]
+
+
+# ----------------------------------------------------------------------------------------
 # The command
 
 
@@ -481,14 +628,19 @@ def _summary(outcome: dict[str, str]) -> str:
 def main(argv: Sequence[str], flag_values: Any) -> None:
     with cli.clean_errors():
         if len(argv) != 2:
-            raise UserError("give one experiment file, e.g. "
+            raise UserError("give one experiment file or config file, e.g. "
                             "python -m transformer_jax.sweep experiments/heads_ablation.py "
                             "--root=runs/heads")
         f = flag_values
-        sweep = load_experiment(argv[1])
+        if f.seeds < 0:
+            raise UserError(f"--seeds={f.seeds} must be >= 0")
+        sweep = load_experiment(argv[1], f.grid or (), f.seeds)
+        overrides = config_flags.get_override_values(flags.FLAGS["config"])
+        if f.status:
+            print("\n".join(status_lines(sweep, f.root, f.scale, overrides)))
+            return
         outcome = run_sweep(sweep, f.root, f.launcher, f.scale, f.parallel, f.dry_run,
-                            config_flags.get_override_values(flags.FLAGS["config"]),
-                            experiment=argv[1])
+                            overrides, experiment=shlex.join(sys.argv[1:]))
         logging.info("%s: %s", sweep.name, _summary(outcome))
         if any(r.startswith("failed") for r in outcome.values()):
             sys.exit(1)
@@ -500,10 +652,15 @@ if __name__ == "__main__":
     flags.DEFINE_enum("launcher", "local", LAUNCHERS,
                       "local: run here; print: write the commands; slurm: sbatch each point; "
                       "tpu: launch/tpu_pod.sh each point, in turn.")
-    flags.DEFINE_enum("scale", "paper", SCALES,
-                      "demo: every point shrunk to CPU size on the built-in corpus.")
+    flags.DEFINE_enum("scale", "paper", list(config_lib.SCALES),
+                      "demo: every point at the demo scale on the built-in corpus.")
     flags.DEFINE_integer("parallel", 1, "Points run at once by --launcher=local.")
     flags.DEFINE_bool("dry_run", False, "Show what would be run; change nothing.")
+    flags.DEFINE_multi_string("grid", [], "An axis FIELD=V1,V2,... (repeatable; the grid is "
+                              "their product), e.g. --grid=optim.lr_scale=0.5,1,2.")
+    flags.DEFINE_integer("seeds", 0, "Replicate every point over K seeds (initialisation, "
+                         "dropout and data order); 0: the config's seeds alone.")
+    flags.DEFINE_bool("status", False, "Print where every point stands; start nothing.")
     config_flags.DEFINE_config_dict("config", config_lib.base_config(),
                                     "Overrides for every point, e.g. --config.train.seed=1.")
     cli.run(functools.partial(main, flag_values=flags.FLAGS))

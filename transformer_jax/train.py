@@ -32,6 +32,8 @@ from transformer_jax import (
     hardware,
     parallel,
     params as params_lib,
+    provenance,
+    workdirs,
 )
 from transformer_jax.data import pipeline, sources, tokenizer as tokenizer_lib
 from transformer_jax.logs import MetricWriter
@@ -243,6 +245,7 @@ class Run:
         self.profile = Profile(workdir, config.train.profile_start * self.accum,
                                config.train.profile_steps * self.accum, enabled=self.is_chief)
         self.final: dict[str, Any] = {}
+        self.dev_bleu: float | None = None
 
     def _resume(self, state: Any) -> tuple[Any, dict[str, Any]]:
         """(state, meta) of the newest whole checkpoint, the data iterator moved to its
@@ -254,10 +257,13 @@ class Run:
             if self.is_chief:
                 faults.write_text_atomically(self.workdir / "config.json",
                                              self.config.to_json_best_effort(indent=2))
+                provenance.record(self.workdir, 0)
             return state, {}
         self.step, state, meta = restored
         self.saved_step = self.step
         logging.info("resuming from step %d", self.step // self.accum)
+        if self.is_chief:
+            provenance.record(self.workdir, self.step // self.accum)
         return state, meta
 
     def _log_model(self, state: Any) -> None:
@@ -289,9 +295,11 @@ class Run:
                 if self._due(t.eval_every):
                     self._evaluate()
                 if t.bleu_every and self.step % (t.bleu_every * self.accum) == 0:
-                    self.writer.write("eval", self.step // self.accum, _validation_bleu(
+                    scores = _validation_bleu(
                         self.config, self.model_config, self.executor.params(self.state),
-                        self.tokenizer, self.eval_source))
+                        self.tokenizer, self.eval_source)
+                    self.dev_bleu = scores["bleu"]
+                    self.writer.write("eval", self.step // self.accum, scores)
                 if self._due(t.checkpoint_every):
                     self._save()
         except Exception:
@@ -353,9 +361,14 @@ class Run:
         if c.train.bleu_sentences or c.train.samples:
             final.update(_final_translations(c, self.model_config, params, self.tokenizer,
                                              self.writer, step))
+        hypotheses = final.pop("hypotheses", None)
         if self.is_chief:
+            if hypotheses is not None:
+                final.update(_write_translations(self.workdir, *hypotheses))
             faults.write_text_atomically(self.workdir / "final_metrics.json",
                                          json.dumps({"step": step, **final}, indent=2))
+            self.writer.hparams(_hparams(c, self.workdir),
+                                {**final, "dev_bleu": self.dev_bleu}, step)
         self.close()
         if c.train.visualize_sentences and self.is_chief:
             from transformer_jax import visualize  # matplotlib only when pictures are asked for
@@ -472,7 +485,9 @@ def _final_translations(config: ml_collections.ConfigDict, model_config: Transfo
     result: dict[str, Any] = {}
     if config.train.bleu_sentences:
         score, signature = evaluate.bleu(hyps, [t for _, t in pairs])
-        result = {"test_bleu": score, "bleu_signature": signature, "bleu_sentences": n}
+        result = {"test_bleu": score, "bleu_signature": signature, "bleu_sentences": n,
+                  "hypotheses": (hyps[: config.train.bleu_sentences],
+                                 [t for _, t in pairs[: config.train.bleu_sentences]])}
         writer.write("test", step, {"bleu": score})
         logging.info("test BLEU %.2f on %d sentences (%s, %.1fs)  %s", score, n,
                      evaluate.describe(dataclasses.asdict(decoding)), time.time() - start,
@@ -480,3 +495,33 @@ def _final_translations(config: ml_collections.ConfigDict, model_config: Transfo
     for (src, ref), hyp in list(zip(pairs, hyps, strict=True))[: config.train.samples]:
         writer.sample(src, ref, hyp)
     return result
+
+
+# Where the end of training writes the test split's translations and their references (one
+# sentence a line, in the test split's order): what compare's significance tests read.
+TEST_HYPOTHESES = "eval/test-final.hyp.txt"
+TEST_REFERENCES = "eval/test-final.ref.txt"
+
+
+def _write_translations(workdir: Path, hyps: list[str], refs: list[str]) -> dict[str, str]:
+    """Writes the end-of-training test translations and references; returns their paths
+    relative to the workdir, for final_metrics.json."""
+    (workdir / "eval").mkdir(parents=True, exist_ok=True)
+    for name, lines in [(TEST_HYPOTHESES, hyps), (TEST_REFERENCES, refs)]:
+        text = "".join(line.replace("\n", " ") + "\n" for line in lines)
+        faults.write_text_atomically(workdir / name, text)
+    return {"test_hypotheses": TEST_HYPOTHESES, "test_references": TEST_REFERENCES}
+
+
+def _hparams(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
+    """The hyperparameters TensorBoard shows for this run: the values its sweep point swept
+    (``sweep_point.json``) and its seeds, or the Table 3 quantities and seeds of a run
+    outside a sweep."""
+    record = workdirs.read_json(workdir / "sweep_point.json") or {}
+    values = dict(record.get("fields") or {})
+    if not values:
+        values = {q: config_lib.quantity(config, q) for q in config_lib.QUANTITIES}
+    values.pop("seed", None)
+    values.update({f: config_lib._get(config, f) for f in config_lib.SEED_FIELDS})
+    values.setdefault("variant", config.variant)
+    return values

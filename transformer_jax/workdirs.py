@@ -15,9 +15,12 @@ import datetime
 import json
 import os
 import platform
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from transformer_jax import faults
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,16 +94,48 @@ def machine() -> str:
     return f"{os.cpu_count()}-core {model}{memory}"
 
 
-def record_attempt(workdir: Path, header: dict[str, Any], attempt: dict[str, Any]) -> None:
-    """Adds an attempt to ``workdir/sweep_point.json`` (written whole, then renamed)."""
+def record_point(workdir: Path, header: dict[str, Any],
+                 attempt: dict[str, Any] | None = None) -> None:
+    """Updates ``workdir/sweep_point.json`` with ``header`` (the sweep's name, the point, its
+    swept values and seeds) and adds ``attempt`` if given; written whole or not at all."""
     path = workdir / "sweep_point.json"
     record = read_json(path) or {}
     record.update(header)
-    record.setdefault("attempts", []).append(attempt)
+    record.setdefault("attempts", [])
+    if attempt is not None:
+        record["attempts"].append(attempt)
     workdir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    tmp.replace(path)
+    faults.write_text_atomically(path, json.dumps(record, indent=2))
+
+
+def record_attempt(workdir: Path, header: dict[str, Any], attempt: dict[str, Any]) -> None:
+    """Adds an attempt to ``workdir/sweep_point.json``."""
+    record_point(workdir, header, attempt)
+
+
+def last_train_record(workdir: Path) -> dict[str, Any] | None:
+    """The last training log line of ``metrics.jsonl`` (step, loss, tokens/s, steps/s...)."""
+    train = read_metrics(workdir).get("train", {})
+    return train[max(train)] if train else None
+
+
+# A line that says why a run failed: our one-line errors, or a traceback's last line.
+_ERROR_LINE = re.compile(r"^(error: .*|[A-Za-z_.]*(Error|Exception|Stopped|Interrupt)\b.*)$")
+
+
+def last_error(workdir: Path) -> str:
+    """The last error line of the run's output (``train.log``, or SLURM's ``slurm-*.out``),
+    or "" when there is none."""
+    logs = sorted(workdir.glob("slurm-*.out"), key=lambda p: p.stat().st_mtime)
+    for path in [workdir / "train.log", *logs][::-1]:
+        try:
+            lines = path.read_text(errors="replace").splitlines()[-200:]
+        except OSError:
+            continue
+        for line in reversed(lines):
+            if _ERROR_LINE.match(line.strip()):
+                return line.strip()
+    return ""
 
 
 def now() -> str:

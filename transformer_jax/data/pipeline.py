@@ -364,8 +364,10 @@ def data_for(config: Any, workdir: str | Path, num_devices: int, process_index: 
     sources.get_source(d, "validation")
     if config.train.bleu_sentences or config.train.samples:
         sources.get_source(d, "test")
+    # The vocabulary's sample does not follow data.shuffle_seed: replicas of a run over seeds
+    # share one vocabulary, as the paper's variants do.
     tokenizer = tokenizer_lib.load_or_train(
-        workdir, vocab_sample(train_source, d.vocab_sample, d.shuffle_seed), d.vocab_size,
+        workdir, vocab_sample(train_source, d.vocab_sample, 0), d.vocab_size,
         is_chief=process_index == 0)
     if isinstance(train_source, text.TextPairs):
         report_long_pairs(train_source, tokenizer, d.max_len)

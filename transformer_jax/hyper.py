@@ -1,0 +1,123 @@
+"""Grids of config values: the points of a sweep, built from axes.
+
+A point is a dict of dotted config fields and their values (``{"optim.lr_scale": 0.5,
+"train.seed": 1}``), plus two names of this module's own:
+
+* ``"variant"`` -- a named variant of the sweep's config file (``"A_h4"``, ``"big"``);
+* ``"seed"`` -- one seed for initialisation, dropout and the order of the training data
+  (config.SEED_FIELDS);
+* ``"name"`` -- the point's own workdir name, for a point whose values make a poor one.
+
+An experiment file composes axes in the style of the ``get_hyper`` of Google's JAX research
+configs::
+
+    product([sweep("variant", ["base", "big"]), sweep("optim.lr_scale", [0.5, 1, 2]),
+             seeds(3)])                               # 2 x 3 x 3 = 18 points
+    zip(sweep("model.num_heads", [4, 8]), sweep("model.d_k", [128, 64]))   # 2 points
+    chain(sweep("variant", ["base"]), sweep("variant", ["big"]))           # 2 points
+
+:func:`names` gives each point a readable, unique workdir name from the values that differ
+between points (``lr_scale=0.5,warmup_steps=2000,seed=1``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from transformer_jax.config import SEED_FIELDS
+
+Point = dict[str, Any]
+SEED = "seed"
+VARIANT = "variant"
+NAME = "name"  # a point's own name, in place of the one made from its values
+# Fields that pick a replica of a setting rather than the setting itself.
+SEED_LIKE = (SEED, *SEED_FIELDS)
+
+
+def sweep(field: str, values: Iterable[Any]) -> list[Point]:
+    """One axis: a point per value of ``field``."""
+    return [{field: value} for value in values]
+
+
+def seeds(k: int) -> list[Point]:
+    """The seed axis: seeds 0 .. k-1."""
+    return sweep(SEED, range(k))
+
+
+def product(axes: Sequence[Sequence[Point]]) -> list[Point]:
+    """Every combination of one point from each axis (the first axis varies slowest)."""
+    points = [{}]
+    for axis in axes:
+        points = [{**p, **q} for p in points for q in axis]
+    return points
+
+
+def zip(*axes: Sequence[Point]) -> list[Point]:  # noqa: A001 -- the name of the idiom
+    """Axes that move together: the i-th points of all axes merged; the axes must have the
+    same length (ValueError naming the lengths)."""
+    lengths = [len(a) for a in axes]
+    if len(set(lengths)) > 1:
+        raise ValueError(f"zip: axes of different lengths {lengths}")
+    return [dict(itertools.chain.from_iterable(p.items() for p in group))
+            for group in builtins.zip(*axes, strict=True)]
+
+
+def chain(*axes: Sequence[Point]) -> list[Point]:
+    """The points of each axis in turn."""
+    return [dict(p) for axis in axes for p in axis]
+
+
+def format_value(value: Any) -> str:
+    """A value as it appears in a point's name: ``0.5``, ``2000``, ``true``, ``learned``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value)) if value else "0"
+    return str(value).replace("/", "_").replace(" ", "_")
+
+
+def _short(fields: Sequence[str]) -> dict[str, str]:
+    """Each field by its last component, or its whole dotted name where two share one."""
+    last = [f.rsplit(".", 1)[-1] for f in fields]
+    return {f: (s if last.count(s) == 1 else f) for f, s in builtins.zip(fields, last,
+                                                                         strict=True)}
+
+
+def varying(points: Sequence[Point]) -> list[str]:
+    """The fields whose value differs between points, in order of first appearance; the seeds
+    last."""
+    fields: list[str] = []
+    for p in points:
+        fields += [f for f in p if f not in fields and f != NAME]
+    out = [f for f in fields
+           if len({format_value(p.get(f)) if f in p else None for p in points}) > 1]
+    return [f for f in out if f not in SEED_LIKE] + [f for f in out if f in SEED_LIKE]
+
+
+def name(point: Point, fields: Sequence[str]) -> str:
+    """The point's name from the values of ``fields``: a variant by its own name, any other
+    field as ``short=value``."""
+    short = _short(fields)
+    parts = [format_value(point[f]) if f == VARIANT else f"{short[f]}={format_value(point[f])}"
+             for f in fields if f in point]
+    return ",".join(parts)
+
+
+def names(points: Sequence[Point], default: str = "run") -> list[str]:
+    """One unique name per point (``default`` for a sweep of one point); ValueError naming
+    the repeated name when two points are the same."""
+    fields = varying(points)
+    out = [p.get(NAME) or name(p, fields) or default for p in points]
+    repeated = sorted({n for n in out if out.count(n) > 1})
+    if repeated:
+        raise ValueError(f"points repeat: {', '.join(repeated)}")
+    return out
+
+
+def setting(point: Point, fields: Sequence[str]) -> str:
+    """The name of the point's setting: its name without the seed (points that differ only
+    in their seed are replicas of one setting)."""
+    return point.get(NAME) or name(point, [f for f in fields if f not in SEED_LIKE])
