@@ -1,20 +1,25 @@
-"""The comparison report of a sweep: our figures beside the paper's, and plots.
+"""The comparison report of a sweep: settings with their spread over seeds, which differences
+are real, our figures beside the paper's, where the code differed, and plots.
 
-    python -m transformer_jax.compare runs/heads_ablation [--out=DIR]
+    python -m transformer_jax.compare runs/heads_ablation [--out=DIR] [--baseline=SETTING]
 
 Reads the sweep's root (``sweep.json`` from ``python -m transformer_jax.sweep``; without it,
 every subdirectory holding a run) and writes to ``--out`` (default: the root):
 
-* ``results.csv`` -- one row per point: config, parameters, steps, wall and CPU time,
-  tokens/s, final validation loss and perplexity, validation BLEU (the last logged), test
-  BLEU, and the paper's Table 3 PPL, BLEU and parameters for the point's variant;
-* ``results.md`` -- the same as a Markdown table, with where and when it ran;
-* ``loss_curves.png`` -- every point's training loss against the step, on one chart;
-* ``dev_vs_<parameter>.png`` -- validation perplexity and BLEU against the swept value,
-  ours and the paper's.
+* ``results.csv`` -- one row per run (its setting and seed): config, parameters, steps, wall
+  and CPU time, tokens/s, final validation loss and perplexity, validation BLEU (the last
+  logged), test BLEU, the code it was trained with, and the paper's Table 3 PPL, BLEU and
+  parameters for its variant;
+* ``results.md`` -- the settings (runs that differ only in their seed): mean ± standard
+  deviation and n of validation perplexity, validation BLEU and test BLEU; each setting's
+  test BLEU against the baseline's by sacreBLEU's paired bootstrap resampling, marked
+  significant or not at p < 0.05; then every run, and where and with what code they ran;
+* ``loss_curves.png`` -- every run's training loss against the step, one colour a setting;
+* ``dev_vs_<parameter>.png`` -- validation perplexity and BLEU against the swept value: each
+  setting's mean with a ±1 std error bar, every seed's own point, and the paper's.
 
-A point that is missing, unfinished or failed is marked as such in the table and plots; it
-never stops the report.
+A run that is missing, unfinished or failed is marked as such in the tables and plots and
+left out of its setting's statistics; it never stops the report.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import csv
 import datetime
 import functools
 import math
+import statistics
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +38,7 @@ import ml_collections
 from absl import flags
 from matplotlib.figure import Figure
 
-from transformer_jax import cli, paper
+from transformer_jax import cli, faults, paper, provenance
 from transformer_jax.errors import UserError
 from transformer_jax.workdirs import point_status, read_json, read_metrics
 
@@ -41,11 +47,15 @@ CONFIG_COLUMNS = (("N", "model", "num_layers"), ("d_model", "model", "d_model"),
                   ("d_ff", "model", "d_ff"), ("h", "model", "num_heads"), ("d_k", "model", "d_k"),
                   ("d_v", "model", "d_v"), ("P_drop", "model", "dropout_rate"),
                   ("eps_ls", "train", "label_smoothing"), ("positions", "model", "positions"))
-COLUMNS = ("point", "variant", "value", *(c for c, _, _ in CONFIG_COLUMNS), "status", "params",
-           "steps", "num_steps", "wall_s",
-           "cpu_s", "tokens_per_s", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu",
-           "bleu_sentences", "paper_ppl", "paper_bleu", "paper_params_m", "scale", "machine",
-           "started")
+COLUMNS = ("point", "setting", "seed", "variant", "value",
+           *(c for c, _, _ in CONFIG_COLUMNS), "status", "params", "steps", "num_steps",
+           "wall_s", "cpu_s", "tokens_per_s", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu",
+           "bleu_sentences", "paper_ppl", "paper_bleu", "paper_params_m", "scale", "code",
+           "machine", "started")
+# Figures summarised over the seeds of a setting: (column, heading, digits).
+SUMMARISED = (("dev_ppl", "dev PPL", 2), ("dev_bleu", "dev BLEU", 1),
+              ("test_bleu", "test BLEU", 1))
+SIGNIFICANCE_LEVEL = 0.05
 
 
 def _last(records: dict[int, dict[str, Any]], key: str) -> Any:
@@ -80,7 +90,8 @@ def _points(root: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     for run in runs:
         config = read_json(run / "config.json") or {}
         variant = config.get("variant") or run.name
-        points.append({"name": run.name, "variant": variant, "value": variant})
+        points.append({"name": run.name, "variant": variant, "value": variant,
+                       "setting": run.name})
     return {"name": root.name, "parameter": "variant", "scale": "", "description": ""}, points
 
 
@@ -115,8 +126,13 @@ def _row(workdir: Path, point: dict[str, Any], definition: dict[str, Any]) -> di
     # Counted for points that started (tracing a model takes seconds).
     n_params = count_params(config, workdir) if config.get("model") and workdir.exists() \
         else None
+    final_ok = status.kind == "finished"
+    runs = provenance.read(workdir)
     return {
-        "point": point["name"], "variant": point["variant"], "value": point["value"],
+        "point": point["name"], "setting": point.get("setting") or point["name"],
+        "seed": (point.get("seeds") or {}).get("train.seed",
+                                               config.get("train", {}).get("seed")),
+        "variant": point["variant"], "value": point["value"],
         "status": str(status), "kind": status.kind,
         "params": n_params,
         "steps": max(train, default=None), "num_steps": num_steps,
@@ -137,7 +153,20 @@ def _row(workdir: Path, point: dict[str, Any], definition: dict[str, Any]) -> di
         "started": attempts[0]["started"] if attempts else "",
         "attempts": attempts,
         "curve": [(s, train[s]["loss"]) for s in sorted(train) if "loss" in train[s]],
+        "provenance": [provenance.fingerprint(r) for r in runs],
+        "code": ", ".join(dict.fromkeys(f["code"] for f in map(provenance.fingerprint, runs))),
+        "translations": _translations(workdir, final) if final_ok else None,
     }
+
+
+def _translations(workdir: Path, final: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+    """(hypotheses, references) of the test split written at the end of training."""
+    try:
+        hyps = (workdir / final["test_hypotheses"]).read_text(encoding="utf-8").splitlines()
+        refs = (workdir / final["test_references"]).read_text(encoding="utf-8").splitlines()
+    except (KeyError, TypeError, OSError):
+        return None
+    return (hyps, refs) if len(hyps) == len(refs) else None
 
 
 def _config_columns(config: dict[str, Any]) -> dict[str, Any]:
@@ -150,6 +179,116 @@ def _config_columns(config: dict[str, Any]) -> dict[str, Any]:
         if not out[key] and out["d_model"] and out["h"]:
             out[key] = out["d_model"] // out["h"]
     return out
+
+
+# ----------------------------------------------------------------------------------------
+# Settings over seeds, and which differences are real
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float | None, int] | None:
+    """(mean, sample standard deviation or None for one value, n) of ``values``; None for
+    none."""
+    if not values:
+        return None
+    return (statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None,
+            len(values))
+
+
+def settings(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs grouped by setting (runs that differ only in their seed), in order of first
+    appearance: each with its runs, and mean, std and n of SUMMARISED over its finished
+    runs."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row["setting"], []).append(row)
+    out = []
+    for name, runs in groups.items():
+        done = [r for r in runs if r["kind"] == "finished"]
+        entry = {"setting": name, "runs": runs, "n": len(done), **{
+            k: runs[0].get(k) for k in ("value", "variant", "paper_ppl", "paper_bleu",
+                                        "paper_params_m", "N", "d_model", "d_ff", "h", "d_k")}}
+        for key, _, _ in SUMMARISED:
+            entry[key] = mean_std([r[key] for r in done if r[key] is not None])
+        out.append(entry)
+    return out
+
+
+def choose_baseline(sets: Sequence[dict[str, Any]], name: str | None = None) -> dict[str, Any]:
+    """The setting others are tested against: ``name``, else the base variant's only
+    setting, else the first; UserError naming the known settings for an unknown ``name``."""
+    if name:
+        for entry in sets:
+            if entry["setting"] == name:
+                return entry
+        raise UserError(f"--baseline={name} is not a setting of this sweep; settings: "
+                        + ", ".join(e["setting"] for e in sets))
+    base = [e for e in sets if e["variant"] == "base"]
+    return base[0] if len(base) == 1 else sets[0]
+
+
+def _by_seed(entry: dict[str, Any]) -> dict[Any, tuple[list[str], list[str]]]:
+    return {r["seed"]: r["translations"] for r in entry["runs"] if r["translations"]}
+
+
+def significance(sets: Sequence[dict[str, Any]], baseline: dict[str, Any],
+                 n_samples: int = 1000) -> dict[str, dict[str, Any]]:
+    """Each setting's test BLEU against the baseline's: {setting: result}.
+
+    Runs are paired by seed (seed s of the setting with seed s of the baseline: both were
+    trained on the same data order, initialised alike where the shapes allow). The
+    translations of all paired seeds are pooled into one test set of seeds x sentences, on
+    which sacreBLEU's paired bootstrap gives ``p``; ``significant`` is p < 0.05. Pooling
+    resamples the sentences of every seed's run, so it measures whether the setting is
+    better across the seeds' runs on these sentences; the spread between seeds themselves is
+    the table's std, and ``seed_wins`` counts the seeds on which the setting's BLEU is above
+    the baseline's (a difference that holds on every seed is the one to believe).
+    """
+    from transformer_jax import evaluate
+
+    base = _by_seed(baseline)
+    out: dict[str, dict[str, Any]] = {}
+    for entry in sets:
+        if entry is baseline:
+            continue
+        mine = _by_seed(entry)
+        seeds = [s for s in base if s in mine]
+        if not seeds:
+            out[entry["setting"]] = {"note": "no test translations to pair with the baseline's"}
+            continue
+        if any(mine[s][1] != base[s][1] for s in seeds):
+            out[entry["setting"]] = {"note": "translated other test sentences than the baseline"}
+            continue
+        pooled = evaluate.paired_bootstrap(
+            [("baseline", [h for s in seeds for h in base[s][0]]),
+             ("system", [h for s in seeds for h in mine[s][0]])],
+            [r for s in seeds for r in base[s][1]], n_samples)
+        wins = sum(evaluate.bleu(mine[s][0], mine[s][1])[0] >
+                   evaluate.bleu(base[s][0], base[s][1])[0] for s in seeds)
+        p = pooled["system"][1]
+        out[entry["setting"]] = {
+            "delta": pooled["system"][0] - pooled["baseline"][0], "p": p,
+            "significant": p < SIGNIFICANCE_LEVEL, "seeds": len(seeds), "seed_wins": wins,
+            "sentences": len(base[seeds[0]][1])}
+    return out
+
+
+def code_differences(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """Lines saying with what code and versions the runs trained: one line when every start
+    of every run agrees, else one line per distinct combination naming its runs."""
+    combos: dict[str, list[str]] = {}
+    for row in rows:
+        for fp in row["provenance"]:
+            key = ", ".join(f"{k} {v}" for k, v in fp.items())
+            if row["point"] not in combos.setdefault(key, []):
+                combos[key].append(row["point"])
+    if not combos:
+        return ["No run recorded its code and versions (provenance.json)."]
+    if len(combos) == 1:
+        return [f"Every run trained with {next(iter(combos))}."]
+    lines = ["**The runs did not all train with the same code and versions**: compare "
+             "them with care."]
+    lines += [f"- {key}: {', '.join(points)}" for key, points in combos.items()]
+    return lines
 
 
 # ----------------------------------------------------------------------------------------
@@ -196,9 +335,23 @@ def end_to_end_s(rows: Sequence[dict[str, Any]]) -> float | None:
     return max(end for _, end in spans) - min(start for start, _ in spans)
 
 
-def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
-    """The report as Markdown: a heading, where and when, and the table."""
+def _spread(summary: tuple[float, float | None, int] | None, digits: int) -> str:
+    if summary is None:
+        return "-"
+    mean, std, _ = summary
+    return _number(mean, digits) + ("" if std is None else f" ± {_number(std, digits)}")
+
+
+def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
+             sets: Sequence[dict[str, Any]] | None = None,
+             baseline: dict[str, Any] | None = None,
+             tests: dict[str, dict[str, Any]] | None = None) -> str:
+    """The report as Markdown: a heading, where and when, the settings with their spread and
+    significance, every run, and the code and versions they trained with."""
     parameter = definition.get("parameter", "value")
+    sets = sets if sets is not None else settings(rows)
+    baseline = baseline or choose_baseline(sets)
+    tests = tests or {}
     lines = [f"# {definition.get('name', 'sweep')}", ""]
     if definition.get("description"):
         lines += [definition["description"] + ".", ""]
@@ -214,18 +367,48 @@ def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
         cpu = sum(r["cpu_s"] or 0.0 for r in rows)
         facts.append(f"sweep end to end {_duration(total)} ({cpu / 60:.0f} CPU-minutes)")
     lines += ["; ".join(facts) + ".", ""]
-    header = ["point", parameter, "model", "status", "params", "steps", "wall time", "tokens/s",
-              "dev PPL", "dev BLEU", "test BLEU", "paper PPL", "paper BLEU", "paper params"]
+
+    replicated = any(len(e["runs"]) > 1 for e in sets)
+    lines += ["## Settings", "",
+              ("Mean ± standard deviation over the n finished seeds of each setting. "
+               if replicated else "One run a setting: no spread is known. ")
+              + f"Test BLEU against the baseline **{baseline['setting']}** by paired bootstrap "
+              f"resampling (sacreBLEU, 1,000 resamples): significant when p < "
+              f"{SIGNIFICANCE_LEVEL}.", ""]
+    header = ["setting", parameter, "model", "n", *(h for _, h, _ in SUMMARISED),
+              "Δ test BLEU", "p", "significant", "paper PPL", "paper BLEU"]
+    lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for e in sets:
+        t = tests.get(e["setting"], {})
+        if e is baseline:
+            delta, p, verdict = "baseline", "", ""
+        elif "p" in t:
+            delta = f"{t['delta']:+.2f}"
+            p = f"{t['p']:.3f}"
+            verdict = ("**yes**" if t["significant"] else "no") + (
+                f" ({t['seed_wins']}/{t['seeds']} seeds higher)" if t["seeds"] > 1 else "")
+        else:
+            delta, p, verdict = "-", "-", t.get("note", "-")
+        n = f"{e['n']}" + (f" of {len(e['runs'])}" if e["n"] != len(e["runs"]) else "")
+        cells = [e["setting"], str(e["value"]), _model(e), n,
+                 *(_spread(e[k], d) for k, _, d in SUMMARISED), delta, p, verdict,
+                 _number(e["paper_ppl"], 2), _number(e["paper_bleu"], 1)]
+        lines.append("| " + " | ".join(cells) + " |")
+
+    lines += ["", "## Runs", ""]
+    header = ["point", "seed", "status", "params", "steps", "wall time", "tokens/s",
+              "dev PPL", "dev BLEU", "test BLEU", "code", "paper params"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         steps = "-" if r["steps"] is None else f"{r['steps']:,}"
-        cells = [r["point"], str(r["value"]), _model(r), r["status"], _params(r["params"]), steps,
-                 _duration(r["wall_s"]), _number(r["tokens_per_s"], 0), _number(r["dev_ppl"], 2),
-                 _number(r["dev_bleu"], 1), _number(r["test_bleu"], 1),
-                 _number(r["paper_ppl"], 2), _number(r["paper_bleu"], 1),
+        cells = [r["point"], "-" if r["seed"] is None else str(r["seed"]), r["status"],
+                 _params(r["params"]), steps, _duration(r["wall_s"]),
+                 _number(r["tokens_per_s"], 0), _number(r["dev_ppl"], 2),
+                 _number(r["dev_bleu"], 1), _number(r["test_bleu"], 1), r["code"] or "-",
                  _params(r["paper_params_m"], millions=True)]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", *_notes(rows)]
+    lines += ["", "## Code and versions", "", *code_differences(rows), ""]
+    lines += ["## Notes", "", *_notes(rows, replicated)]
     return "\n".join(lines) + "\n"
 
 
@@ -236,7 +419,7 @@ def _model(row: dict[str, Any]) -> str:
     return f"{row['N']} x {row['d_model']}/{row['d_ff']}, {row['h']} x {row['d_k']}"
 
 
-def _notes(rows: Sequence[dict[str, Any]]) -> list[str]:
+def _notes(rows: Sequence[dict[str, Any]], replicated: bool = False) -> list[str]:
     notes = ["model: N layers x d_model/d_ff, h heads x d_k.",
              "dev: the validation split (newstest2013 for WMT14); PPL per subword token, "
              "from the final evaluation."]
@@ -246,6 +429,14 @@ def _notes(rows: Sequence[dict[str, Any]]) -> list[str]:
     if sentences:
         notes.append(f"test BLEU: sacreBLEU of the first {', '.join(map(str, sentences))} "
                      "sentences of the test split, decoded at the end of training.")
+    if replicated:
+        notes.append("significance with several seeds: seed s of a setting is paired with "
+                     "seed s of the baseline (the same data order), the translations of all "
+                     "paired seeds are pooled into one test set, and sacreBLEU's paired "
+                     "bootstrap resamples its sentences. Δ is the pooled BLEU's difference. "
+                     "Pooling tests the difference across the seeds' runs on these sentences, "
+                     "not over all seeds one could draw: read it beside the std and the number "
+                     "of seeds on which the setting is higher.")
     notes.append("paper: Table 3 of Vaswani et al. (2017), newstest2013, the full-size model "
                  "on WMT14 EN-DE, beam search, no checkpoint averaging. At another scale or "
                  "on another corpus only the direction of a change is comparable.")
@@ -262,16 +453,21 @@ def _label(row: dict[str, Any], parameter: str) -> str:
 
 
 def plot_losses(definition: dict[str, Any], rows: Sequence[dict[str, Any]], path: Path) -> None:
-    """Every point's training loss against the step, on one chart."""
+    """Every run's training loss against the step, on one chart: one colour a setting."""
     fig = Figure(figsize=(7.5, 4.6), layout="constrained")
     ax = fig.add_subplot()
-    parameter = definition.get("parameter", "value")
+    colours: dict[str, str] = {}
     for row in rows:
-        if row["curve"]:
-            steps, losses = zip(*row["curve"], strict=True)
-            style = "-" if row["kind"] == "finished" else "--"
-            ax.plot(steps, losses, style, marker=".", label=_label(row, parameter))
-    missing = [_label(r, parameter) for r in rows if not r["curve"]]
+        if not row["curve"]:
+            continue
+        first = row["setting"] not in colours
+        colour = colours.setdefault(row["setting"], f"C{len(colours) % 10}")
+        steps, losses = zip(*row["curve"], strict=True)
+        style = "-" if row["kind"] == "finished" else "--"
+        ax.plot(steps, losses, style, color=colour, lw=1, alpha=0.8,
+                label=row["setting"] if first else None)
+    missing = [row["point"] + ("" if row["kind"] == "missing" else f" ({row['kind']})")
+               for row in rows if not row["curve"]]
     ax.set(xlabel="step", ylabel="training loss (label-smoothed, per token)",
            title=f"{definition.get('name', '')}: training loss")
     ax.grid(True, alpha=0.3)
@@ -288,61 +484,79 @@ def _positions(values: Sequence[Any]) -> tuple[list[float], dict[str, Any]]:
     """x positions of the swept values: numbers as they are (log2 for wide positive ranges,
     e.g. heads), anything else in order."""
     numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-    if numeric and values:
+    if numeric and values and len(set(values)) == len(values):
         if min(values) > 0 and max(values) / min(values) >= 8:
             return [float(v) for v in values], {"xscale": "log", "base": 2}
         return [float(v) for v in values], {}
     return list(range(len(values))), {"labels": [str(v) for v in values]}
 
 
-def plot_against_value(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
+def plot_against_value(definition: dict[str, Any], sets: Sequence[dict[str, Any]],
                        path: Path) -> None:
-    """Validation perplexity and BLEU against the swept value: ours (left axis) and the
-    paper's (right axis, its own scale); points without a final figure are marked."""
+    """Validation perplexity and BLEU against the swept value: each setting's mean over its
+    finished seeds with a ±1 std bar and every seed's own point (left axis), and the paper's
+    (right axis, its own scale); settings with no finished run are marked."""
     parameter = definition.get("parameter", "value")
-    xs, axis = _positions([r["value"] for r in rows])
-    bleu_key = "dev_bleu" if any(r["dev_bleu"] is not None for r in rows) else "test_bleu"
+    values = [e["value"] for e in sets]
+    xs, axis = _positions(values)
+    if "labels" in axis and len(set(map(str, values))) != len(values):
+        axis["labels"] = [e["setting"] for e in sets]
+    bleu_key = "dev_bleu" if any(e["dev_bleu"] for e in sets) else "test_bleu"
     panels = [("dev_ppl", "paper_ppl", "validation perplexity"),
               (bleu_key, "paper_bleu", "validation BLEU" if bleu_key == "dev_bleu"
-               else "test BLEU (greedy; no validation BLEU logged)")]
-    fig = Figure(figsize=(max(11.0, 0.6 * len(rows)), 4.8), layout="constrained")
+               else "test BLEU (no validation BLEU logged)")]
+    fig = Figure(figsize=(max(11.0, 0.6 * len(sets)), 4.8), layout="constrained")
+    width = (max(xs) - min(xs)) / 80 if len(xs) > 1 and not axis.get("xscale") else 0.0
     for i, (ours, theirs, title) in enumerate(panels):
         ax = fig.add_subplot(1, 2, i + 1)
         twin = ax.twinx()
-        # Only finished points: an unfinished one's last evaluation is not its result.
-        done = [r[ours] is not None and r["kind"] == "finished" for r in rows]
-        pts = [(x, r[ours]) for x, r, ok in zip(xs, rows, done, strict=True) if ok]
-        if pts:
-            ax.plot(*zip(*pts, strict=True), "o-", color="tab:blue", label="ours")
-        ref = [(x, r[theirs]) for x, r in zip(xs, rows, strict=True) if r[theirs] is not None]
+        summary = [(x, e[ours]) for x, e in zip(xs, sets, strict=True) if e[ours]]
+        if summary:
+            sx = [x for x, _ in summary]
+            means = [m for _, (m, _, _) in summary]
+            stds = [sd or 0.0 for _, (_, sd, _) in summary]
+            ax.errorbar(sx, means, yerr=stds, fmt="o-", color="tab:blue", capsize=4,
+                        label="ours: mean ± std over seeds")
+        seeds = [(x * (1.03 ** (j - 1)) if axis.get("xscale") else x + width * (j - 1),
+                  r[ours]) for x, e in zip(xs, sets, strict=True)
+                 for j, r in enumerate(e["runs"]) if r["kind"] == "finished" and r[ours]]
+        if seeds:
+            ax.plot(*zip(*seeds, strict=True), ".", color="tab:blue", alpha=0.45, ms=6,
+                    label="ours: each seed")
+        ref = [(x, e[theirs]) for x, e in zip(xs, sets, strict=True) if e[theirs] is not None]
         if ref:
             twin.plot(*zip(*ref, strict=True), "s--", color="tab:orange", mfc="none",
                       label="paper (Table 3)")
-        for x, r, ok in zip(xs, rows, done, strict=True):
-            if not ok:
+        for x, e in zip(xs, sets, strict=True):
+            if not e[ours]:
+                kinds = sorted({r["kind"] for r in e["runs"]})
                 ax.axvline(x, color="tab:red", ls=":", lw=1)
-                ax.annotate(r["kind"], (x, 0.02), xycoords=("data", "axes fraction"),
+                ax.annotate("/".join(kinds), (x, 0.02), xycoords=("data", "axes fraction"),
                             rotation=90, color="tab:red", fontsize=8, ha="right",
                             in_layout=False)
         if axis.get("xscale"):
             ax.set_xscale("log", base=axis["base"])
-            ax.set_xticks(xs, [str(r["value"]) for r in rows])
+            ax.set_xticks(xs, [str(v) for v in values])
         elif "labels" in axis:
             ax.set_xticks(xs, axis["labels"], rotation=45 if len(xs) > 4 else 0,
                           ha="right" if len(xs) > 4 else "center")
         ax.set(xlabel=parameter, ylabel=f"ours: {title}", title=title)
         twin.set_ylabel("paper", color="tab:orange")
         ax.grid(True, alpha=0.3)
-        handles = ax.get_lines()[:1] + twin.get_lines()[:1]
+        handles = [h for h in ax.get_legend_handles_labels()[0]] + twin.get_lines()[:1]
         if handles:
             ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="best")
     fig.suptitle(f"{definition.get('name', '')}: against {parameter}")
     fig.savefig(path, dpi=120)
 
 
-def report(root: str | Path, out: str | Path | None = None) -> dict[str, Path]:
+def report(root: str | Path, out: str | Path | None = None,
+           baseline: str | None = None) -> dict[str, Path]:
     """Writes the report of the sweep in ``root`` to ``out``; returns {what: path}."""
     definition, rows = collect(root)
+    sets = settings(rows)
+    base = choose_baseline(sets, baseline)
+    tests = significance(sets, base)
     out = Path(out or root)
     out.mkdir(parents=True, exist_ok=True)
     parameter = definition.get("parameter", "value")
@@ -350,22 +564,27 @@ def report(root: str | Path, out: str | Path | None = None) -> dict[str, Path]:
              "loss_curves": out / "loss_curves.png",
              "against_value": out / f"dev_vs_{parameter}.png"}
     write_csv(rows, paths["csv"])
-    paths["markdown"].write_text(markdown(definition, rows))
+    faults.write_text_atomically(paths["markdown"], markdown(definition, rows, sets, base,
+                                                             tests))
     plot_losses(definition, rows, paths["loss_curves"])
-    plot_against_value(definition, rows, paths["against_value"])
+    plot_against_value(definition, sets, paths["against_value"])
     return paths
 
 
-def main(argv: Sequence[str], out_flag: Any) -> None:
+def main(argv: Sequence[str], out_flag: Any, baseline_flag: Any) -> None:
     with cli.clean_errors():
         if len(argv) != 2:
             raise UserError("give one sweep directory, e.g. "
                             "python -m transformer_jax.compare runs/heads_ablation")
-        paths = report(argv[1], out_flag.value)
+        paths = report(argv[1], out_flag.value, baseline_flag.value)
         print(paths["markdown"].read_text())
         print("wrote " + ", ".join(str(p) for p in paths.values()))
 
 
 if __name__ == "__main__":
-    cli.run(functools.partial(main, out_flag=flags.DEFINE_string(
-        "out", None, "Where the report goes (default: the sweep's directory).")))
+    cli.run(functools.partial(
+        main, out_flag=flags.DEFINE_string(
+            "out", None, "Where the report goes (default: the sweep's directory)."),
+        baseline_flag=flags.DEFINE_string(
+            "baseline", None, "The setting others are tested against (default: the base "
+            "variant's, else the first).")))

@@ -110,6 +110,8 @@ def names(points: Sequence[Point], default: str = "run") -> list[str]:
     """One unique name per point (``default`` for a sweep of one point); ValueError naming
     the repeated name when two points are the same."""
     fields = varying(points)
+    if not fields and len(points) > 1:  # all alike: named after all their values
+        fields = [f for f in dict.fromkeys(f for p in points for f in p) if f != NAME]
     out = [p.get(NAME) or name(p, fields) or default for p in points]
     repeated = sorted({n for n in out if out.count(n) > 1})
     if repeated:
