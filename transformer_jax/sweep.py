@@ -281,15 +281,15 @@ def _check_root(root: Path, definition: dict[str, Any]) -> None:
 
 
 def _check_workdir_model(workdir: Path, config: ml_collections.ConfigDict, label: str) -> None:
-    """A workdir trained with another architecture cannot resume this point."""
+    """A workdir trained with another model or data cannot resume this point."""
     saved = workdirs.read_json(workdir / "config.json")
     if not isinstance(saved, dict) or not (workdir / "checkpoints").exists():
         return
-    for key, value in config.model.to_dict().items():
-        if key in saved.get("model", {}) and _format(saved["model"][key]) != _format(value):
-            raise UserError(f"point {label}: {workdir}/config.json has model.{key}="
-                            f"{saved['model'][key]!r} but the sweep asks for {value!r}; "
-                            "use another --root or remove the workdir")
+    conflicts = workdirs.resume_conflicts(saved, config.to_dict())
+    if conflicts:
+        raise UserError(f"point {label}: {workdir}/config.json differs from the sweep's "
+                        f"config: {'; '.join(conflicts)}; use another --root or remove the "
+                        "workdir")
 
 
 def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "paper",
