@@ -143,20 +143,33 @@ def test_stale_holds_are_taken_over(tmp_path, caplog):
         workdirs.Hold(tmp_path).__enter__()
 
 
+def _eventually(predicate, timeout=10.0):
+    """Whether ``predicate()`` became true within ``timeout`` seconds (a busy machine may
+    delay the heartbeat thread)."""
+    deadline = time.time() + timeout
+    while not predicate():
+        if time.time() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def test_the_hold_beats_and_is_released(tmp_path):
     with workdirs.Hold(tmp_path, heartbeat_s=0.05):
         old = _ago(3600)
         _write(tmp_path / "hold.json", {**workdirs.read_hold(tmp_path), "heartbeat": old})
-        time.sleep(0.5)
-        assert workdirs.read_hold(tmp_path)["heartbeat"] != old  # refreshed
+        assert _eventually(lambda: workdirs.read_hold(tmp_path)["heartbeat"] != old)
+        (tmp_path / "hold.json").unlink()  # removed by hand while the run goes on
+        assert _eventually(lambda: (workdirs.read_hold(tmp_path) or {}).get("pid")
+                           == os.getpid())
     assert not (tmp_path / "hold.json").exists()
     with pytest.raises(RuntimeError), workdirs.Hold(tmp_path):
         raise RuntimeError("the run failed")
     assert not (tmp_path / "hold.json").exists()
     # Taken over while holding (its heartbeat was late): the new holder's file stays.
-    with workdirs.Hold(tmp_path, heartbeat_s=0.05):
+    with workdirs.Hold(tmp_path, heartbeat_s=0.05) as hold:
         other = _hold(tmp_path, host="elsewhere")
-        time.sleep(0.3)
+        assert _eventually(lambda: not hold._thread.is_alive())  # stopped beating
     assert workdirs.read_hold(tmp_path) == other
     # Processes other than 0 of a multi-process run hold nothing.
     (tmp_path / "hold.json").unlink()

@@ -225,8 +225,11 @@ class Hold:
         with contextlib.suppress(FileNotFoundError):
             self._write()
         held = read_hold(workdir)
+        if held is None:
+            raise UserError(f"{self.path}: written but not readable back; is {workdir} on a "
+                            "working file system?")
         if not self._is_mine(held):
-            raise self._in_use(held or {})
+            raise self._in_use(held)
         self._thread = threading.Thread(target=self._beat, name="workdir-hold", daemon=True)
         self._thread.start()
         return self
@@ -254,11 +257,11 @@ class Hold:
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
             held = read_hold(self.path.parent)
-            if not self._is_mine(held):
+            if held is not None and not self._is_mine(held):
                 # Taken over while this run's heartbeat was late: the other run now owns
-                # the file, and it is not rewritten.
+                # the file, and it is not rewritten. (A removed file is written again.)
                 logging.warning("%s is now held by %s; this run no longer refreshes it",
-                                self.path.parent, describe_hold(held or {}))
+                                self.path.parent, describe_hold(held))
                 return
             try:
                 self._write()
