@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from transformer_jax import config as config_lib, hyper, sweep as sweep_lib, train
+from transformer_jax import hyper, sweep as sweep_lib, train
 from transformer_jax.data import pipeline
 from transformer_jax.errors import UserError
 

@@ -44,6 +44,12 @@ def test_resumed_run_repeats_an_uninterrupted_one(tmp_path, builtin_data_dir):
     # "Interrupt" after 10 steps, then run the same command to 20.
     train.train_and_evaluate(tiny_config(builtin_data_dir, num_steps=10, log_every=1), stopped)
     train.train_and_evaluate(tiny_config(builtin_data_dir, num_steps=20, log_every=1), stopped)
+    # config.json keeps the settings the run started with; the resume's change is recorded.
+    assert json.loads((stopped / "config.json").read_text())["train"]["num_steps"] == 10
+    changes = [json.loads(line)["changes"]
+               for line in (stopped / "config_changes.jsonl").read_text().splitlines()]
+    assert changes == [{"train.num_steps": [10, 20]}]
+    assert not (stopped / "hold.json").exists()  # released by each run as it ended
     a, b = logged(straight), logged(stopped)
     assert sorted(a) == sorted(b) == list(range(1, 21))
     for step in range(1, 21):

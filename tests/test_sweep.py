@@ -285,6 +285,7 @@ def test_a_workdir_of_another_architecture_is_not_resumed(tmp_path):
     other = config_lib.build("A_h4")
     other.model.d_model = 256
     (workdir / "config.json").write_text(other.to_json())
-    with pytest.raises(Exception, match=r"point A_h4: .*config.json has model.d_model=256 but "
-                                        r"the sweep asks for 512; use another --root"):
+    with pytest.raises(Exception, match=r"point A_h4: .*config.json differs from the sweep's "
+                                        r"config: model.d_model: 256 in the workdir, 512 asked; "
+                                        r"use another --root"):
         sweep_lib.run_sweep(sweep, str(tmp_path), "print")

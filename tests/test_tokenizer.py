@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from transformer_jax.data import corpus, tokenizer as tokenizer_lib
+from transformer_jax.errors import DataError
 
 PAIRS = corpus.build_corpus(seed=0, sizes={"train": 2000})["train"]
 
@@ -141,3 +142,15 @@ def test_any_text_encodes_and_decodes_one_sentence_per_input(trained, sentences)
             assert decoded == " ".join(words)
         else:
             assert tokenizer_lib.UNK_ID in ids and "\u2047" in decoded
+
+
+def test_a_damaged_or_missing_vocabulary_names_the_file(tmp_path):
+    path = tokenizer_lib.vocab_path(tmp_path)
+    with pytest.raises(DataError, match=rf"^{path}: no such vocabulary file$"):
+        tokenizer_lib.Tokenizer(path)
+    path.parent.mkdir()
+    path.write_bytes(b"\x0a\x07 cut short")
+    # A resumed run loads it rather than training another: the damage is reported.
+    with pytest.raises(DataError, match=rf"^{path}: damaged vocabulary, not a SentencePiece "
+                                        "model$"):
+        tokenizer_lib.load_or_train(tmp_path, never_read(), 100)

@@ -1,5 +1,7 @@
 """The translate command: stdin or a file in, one translation per line out, in order."""
 
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +100,26 @@ def test_not_a_workdir(tmp_path):
     assert out.stderr.decode().strip().splitlines() == [
         f"error: {tmp_path / 'config.json'}: no such file; --workdir must be the workdir of a "
         "training run"]
+
+
+@pytest.mark.parametrize("damaged,message", [
+    ("vocab/spm.model", "damaged vocabulary, not a SentencePiece model"),
+    ("config.json", "not a JSON config (Expecting value: line 1 column 1 (char 0))"),
+])
+@pytest.mark.parametrize("module", ["translate", "evaluate"])
+def test_a_damaged_workdir_file_is_one_line_naming_it(workdir, tmp_path, module, damaged,
+                                                      message):
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy)
+    (copy / damaged).write_bytes(b"\x00\x13 a file cut short by a full disk")
+    out = subprocess.run([sys.executable, "-m", f"transformer_jax.{module}", f"--workdir={copy}",
+                          "--config.decode.strategy=greedy"], cwd=ROOT, input=b"x\n",
+                         capture_output=True, timeout=600,
+                         env={**os.environ, "TRANSFORMER_JAX_TRACEBACK": ""})
+    assert out.returncode == 2
+    lines = [line for line in out.stderr.decode().splitlines() if "error" in line.lower()]
+    assert lines == [f"error: {copy / damaged}: {message}"], out.stderr.decode()[-2000:]
+    assert b"Traceback" not in out.stderr
 
 
 def test_read_lines_takes_crlf_a_byte_order_mark_and_a_missing_final_newline(tmp_path):

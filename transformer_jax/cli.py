@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -74,23 +73,21 @@ def flag_config(config_flag: Any) -> ConfigDict:
 
 def workdir_config(workdir: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
                    allowed: Sequence[str] = ()) -> ConfigDict:
-    """The config saved in ``<workdir>/config.json``, with ``overrides`` ({"decode.alpha":
-    1.0}, from :func:`override_values`) applied and validated.
+    """The config saved in ``<workdir>/config.json`` (with the changes of later resumes,
+    ``workdirs.read_config``), with ``overrides`` ({"decode.alpha": 1.0}, from
+    :func:`override_values`) applied and validated.
 
     ``allowed`` lists the fields (or whole sections, e.g. "decode") a command lets the user
     change; the model and its training come from the workdir. Raises UserError naming the
-    file or the field.
+    file (missing or damaged) or the field.
     """
-    from transformer_jax import config as config_lib
+    from transformer_jax import config as config_lib, workdirs
 
-    path = Path(workdir) / "config.json"
-    if not path.is_file():
+    path = Path(workdir) / workdirs.CONFIG_FILE
+    saved = workdirs.read_config(workdir)
+    if saved is None:
         raise UserError(f"{path}: no such file; --workdir must be the workdir of a training "
                         "run")
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not a JSON config ({e})") from e
     # Fields added since the run was started keep their defaults.
     config = config_lib.base_config()
     _merge(config, saved, str(path))

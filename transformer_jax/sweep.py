@@ -313,15 +313,15 @@ def _check_root(root: Path, definition: dict[str, Any]) -> None:
 
 
 def _check_workdir_model(workdir: Path, config: ml_collections.ConfigDict, label: str) -> None:
-    """A workdir trained with another architecture cannot resume this point."""
+    """A workdir trained with another model or data cannot resume this point."""
     saved = workdirs.read_json(workdir / "config.json")
     if not isinstance(saved, dict) or not (workdir / "checkpoints").exists():
         return
-    for key, value in config.model.to_dict().items():
-        if key in saved.get("model", {}) and _format(saved["model"][key]) != _format(value):
-            raise UserError(f"point {label}: {workdir}/config.json has model.{key}="
-                            f"{saved['model'][key]!r} but the sweep asks for {value!r}; "
-                            "use another --root or remove the workdir")
+    conflicts = workdirs.resume_conflicts(saved, config.to_dict())
+    if conflicts:
+        raise UserError(f"point {label}: {workdir}/config.json differs from the sweep's "
+                        f"config: {'; '.join(conflicts)}; use another --root or remove the "
+                        "workdir")
 
 
 def point_record(sweep: Sweep, point: Point, config: ml_collections.ConfigDict
@@ -528,15 +528,10 @@ def _submit_slurm(cmd: list[str], workdir: Path, header: dict[str, Any]) -> str:
 
 
 def _running(workdir: Path) -> bool:
-    """Whether a run holds the workdir now: its hold is live, or it logged in the last five
-    minutes."""
-    hold_state = getattr(workdirs, "hold_state", None)
-    if hold_state is not None and (workdir / "hold.json").exists():
-        return hold_state(workdir) == "live"
-    try:
-        return time.time() - (workdir / "metrics.jsonl").stat().st_mtime < 300
-    except OSError:
-        return False
+    """Whether a run holds the workdir now (workdirs.Hold): a live process on this host, or
+    a heartbeat of the last few minutes from another."""
+    hold = workdirs.read_hold(workdir)
+    return hold is not None and workdirs.hold_is_live(hold)
 
 
 def point_progress(workdir: Path, num_steps: int, squeue: Callable[[str], str | None] | None

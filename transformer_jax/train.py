@@ -196,16 +196,27 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     position included); the result is then ``{"preempted_at_step": step}`` and running the
     same command again resumes exactly. Raises TrainingStopped when ``train.nonfinite`` is
     "stop" and ``train.max_nonfinite_in_a_row`` steps in a row were not finite.
+
+    The run holds the workdir from start to end (``workdirs.Hold``: a second run on it is
+    refused) and checks its config against the workdir's (``workdirs.remember_config``:
+    changed model or data settings are refused, other changes recorded) before anything
+    else is written there.
     """
     config_lib.validate(config)
     workdir = Path(workdir)
     faults.check_workdir(workdir, checkpoint_bytes(config), config.train.keep_checkpoints)
-    run = Run(config, workdir)
-    with faults.StopSignals(multiprocess=jax.process_count() > 1) as signals:
-        finished = run.train(signals)
-    if not finished:
-        return {"preempted_at_step": run.step // run.accum}
-    return run.finish()
+    is_chief = jax.process_index() == 0
+    with workdirs.Hold(workdir, enabled=is_chief):
+        resuming = (bool(faults.checkpoint_steps_on_disk(workdir))
+                    or tokenizer_lib.vocab_path(workdir).exists())
+        workdirs.remember_config(workdir, json.loads(config.to_json_best_effort()), resuming,
+                                 write=is_chief)
+        run = Run(config, workdir)
+        with faults.StopSignals(multiprocess=jax.process_count() > 1) as signals:
+            finished = run.train(signals)
+        if not finished:
+            return {"preempted_at_step": run.step // run.accum}
+        return run.finish()
 
 
 class Run:
@@ -252,11 +263,9 @@ class Run:
         position; the initial state and {} for a new run."""
         restored = self.ckpts.restore_latest(self.executor.restore_template(state),
                                              self.data.iterator)
-        if restored is None:
+        if restored is None:  # config.json was written by workdirs.remember_config
             self.step = self.saved_step = 0
             if self.is_chief:
-                faults.write_text_atomically(self.workdir / "config.json",
-                                             self.config.to_json_best_effort(indent=2))
                 provenance.record(self.workdir, 0)
             return state, {}
         self.step, state, meta = restored

@@ -1,26 +1,34 @@
-"""What a training run's workdir says about it: finished or not, its metrics, and the
-sweep's record of its attempts.
+"""What a training run's workdir says about it: finished or not, its metrics, the sweep's
+record of its attempts, which run holds it, and the settings it was trained with.
 
-A workdir holds ``config.json``, ``metrics.jsonl`` (one JSON object per logged step and
-split), ``final_metrics.json`` (written at the end: step, validation loss, perplexity, test
-BLEU...), ``checkpoints/<step>/`` and, when a sweep ran it, ``sweep_point.json``: the
-sweep's name, the point, and one entry per attempt (start, command, wall and CPU seconds, exit
-status or SLURM job id, machine).
+A workdir holds ``config.json`` (the config the run started with), ``config_changes.jsonl``
+(settings changed on resume, one JSON object per resume), ``metrics.jsonl`` (one JSON object
+per logged step and split), ``final_metrics.json`` (written at the end: step, validation
+loss, perplexity, test BLEU...), ``checkpoints/<step>/``, ``hold.json`` while a training run
+holds it (:class:`Hold`) and, when a sweep ran it, ``sweep_point.json``: the sweep's name,
+the point, and one entry per attempt (start, command, wall and CPU seconds, exit status or
+SLURM job id, machine).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import json
+import logging
 import os
 import platform
 import re
+import socket
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from transformer_jax import faults
+from transformer_jax.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,3 +165,262 @@ def read_metrics(workdir: Path) -> dict[str, dict[int, dict[str, Any]]]:
             continue  # a line cut short by a killed run
         out.setdefault(split, {}).setdefault(step, {}).update(record)
     return out
+
+
+# ----------------------------------------------------------------------------------------
+# The hold: one training run per workdir
+
+HOLD_FILE = "hold.json"
+HEARTBEAT_S = 30.0  # how often the holder refreshes its heartbeat
+# A hold from another host whose heartbeat is older than this is stale: its run is gone
+# (ten missed heartbeats leave room for a slow shared file system).
+STALE_AFTER_S = 300.0
+
+
+def read_hold(workdir: str | os.PathLike) -> dict[str, Any] | None:
+    """The hold on ``workdir``: {"host", "pid", "since", "heartbeat"} (times as ISO 8601
+    strings with their UTC offset), or None when no training run holds it.
+
+    The hold may be stale (its run gone without removing it): see :func:`hold_is_live`.
+    """
+    hold = read_json(Path(workdir) / HOLD_FILE)
+    if not isinstance(hold, dict) or not {"host", "pid", "since", "heartbeat"} <= hold.keys():
+        return None
+    return hold
+
+
+def hold_is_live(hold: dict[str, Any], now: float | None = None) -> bool:
+    """Whether the run that wrote ``hold`` (from :func:`read_hold`) may still be running.
+
+    On this host: its process exists. On another host: its heartbeat is less than
+    ``STALE_AFTER_S`` seconds older than ``now`` (Unix time; default the clock). A hold that
+    is not live is stale, and the next training run takes it over.
+    """
+    if hold.get("host") == socket.gethostname():
+        return _process_exists(hold.get("pid"))
+    try:
+        heartbeat = datetime.datetime.fromisoformat(hold["heartbeat"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return False
+    return (time.time() if now is None else now) - heartbeat < STALE_AFTER_S
+
+
+def _process_exists(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: the existence check, nothing is sent
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def describe_hold(hold: dict[str, Any]) -> str:
+    """A hold in words: "process 4242 on host-a since 2026-12-01T05:00:00+00:00"."""
+    return f"process {hold.get('pid')} on {hold.get('host')} since {hold.get('since')}"
+
+
+class Hold:
+    """While entered, this process holds ``workdir`` (``hold.json``); a second training run
+    on it stops with :class:`UserError` naming the holder.
+
+    A stale hold (:func:`hold_is_live`) is taken over, with a warning. A background thread
+    rewrites the heartbeat every ``heartbeat_s`` seconds; leaving the context, normally or
+    by an exception, stops it and removes the file. In a multi-process run only process 0
+    holds the workdir (``enabled`` False elsewhere). Two runs started within the same
+    instant can both miss each other's hold; the check is for runs started by hand or by a
+    launcher, seconds or days apart.
+    """
+
+    def __init__(self, workdir: str | os.PathLike, enabled: bool = True,
+                 heartbeat_s: float = HEARTBEAT_S):
+        self.path = Path(workdir) / HOLD_FILE
+        self.enabled = enabled
+        self.heartbeat_s = heartbeat_s
+        self.mine = {"host": socket.gethostname(), "pid": os.getpid(), "since": now()}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Hold:
+        if not self.enabled:
+            return self
+        workdir = self.path.parent
+        workdir.mkdir(parents=True, exist_ok=True)
+        held = read_hold(workdir)
+        if held is not None:
+            if hold_is_live(held):
+                raise self._in_use(held)
+            logging.warning("taking over %s from a run that is gone: %s, last heartbeat %s",
+                            workdir, describe_hold(held), held.get("heartbeat"))
+        # FileNotFoundError: another run renamed the shared temporary file first.
+        with contextlib.suppress(FileNotFoundError):
+            self._write()
+        held = read_hold(workdir)
+        if held is None:
+            raise UserError(f"{self.path}: written but not readable back; is {workdir} on a "
+                            "working file system?")
+        if not self._is_mine(held):
+            raise self._in_use(held)
+        self._thread = threading.Thread(target=self._beat, name="workdir-hold", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        if self._is_mine(read_hold(self.path.parent)):
+            self.path.unlink(missing_ok=True)
+
+    def _in_use(self, held: dict[str, Any]) -> UserError:
+        return UserError(f"{self.path.parent} is in use by another training run: "
+                         f"{describe_hold(held)} (heartbeat {held.get('heartbeat')}, "
+                         f"{self.path}); wait for it to end or choose another --workdir")
+
+    def _is_mine(self, held: dict[str, Any] | None) -> bool:
+        return held is not None and all(held.get(k) == v for k, v in self.mine.items())
+
+    def _write(self) -> None:
+        faults.write_text_atomically(self.path, json.dumps({**self.mine, "heartbeat": now()}))
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            held = read_hold(self.path.parent)
+            if held is not None and not self._is_mine(held):
+                # Taken over while this run's heartbeat was late: the other run now owns
+                # the file, and it is not rewritten. (A removed file is written again.)
+                logging.warning("%s is now held by %s; this run no longer refreshes it",
+                                self.path.parent, describe_hold(held))
+                return
+            try:
+                self._write()
+            except OSError as e:  # a full or unreachable disk: retried at the next beat
+                logging.warning("could not refresh %s: %s", self.path, e)
+
+
+# ----------------------------------------------------------------------------------------
+# The settings a workdir was trained with
+
+CONFIG_FILE = "config.json"
+CHANGES_FILE = "config_changes.jsonl"
+
+# Settings that cannot change when a run resumes: every model and data field (the
+# parameters' shapes, the vocabulary, the batches and the data position saved with each
+# checkpoint), and the accumulation steps (the optimizer state's structure and the step
+# count). Everything else (train.num_steps, the intervals, decode.*, optim.warmup_steps...)
+# may change; the changes are recorded in config_changes.jsonl.
+FIXED_SECTIONS = ("model", "data")
+FIXED_FIELDS = ("optim.grad_accum_steps",)
+# Model fields that compute the same numbers another way: they may change.
+FREE_MODEL_FIELDS = ("model.block_size", "model.remat")
+# Attention kernels of the same function (the paper's softmax attention over every key):
+# switching among them is allowed; "local" attends to fewer keys and is not.
+SAME_ATTENTION = ("dense", "blockwise", "cudnn")
+
+
+def read_config(workdir: str | os.PathLike) -> dict[str, Any] | None:
+    """The settings of the run in ``workdir``: ``config.json`` with the changes recorded in
+    ``config_changes.jsonl`` applied (None when there is no config.json).
+
+    Raises UserError naming the file when config.json is damaged (not a JSON object).
+    """
+    path = Path(workdir) / CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not a JSON config ({e})") from e
+    if not isinstance(saved, dict):
+        raise UserError(f"{path}: not a JSON config (a {type(saved).__name__}, not an object "
+                        "of sections)")
+    changes = Path(workdir) / CHANGES_FILE
+    if changes.is_file():
+        for line in changes.read_text(encoding="utf-8").splitlines():
+            try:
+                fields = json.loads(line)["changes"]
+                for field, (_, new) in fields.items():
+                    section, key = field.split(".", 1)
+                    saved.setdefault(section, {})[key] = new
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # a line cut short by a killed run
+    return saved
+
+
+def config_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """{"section.field": (saved value, new value)} of every field of ``new``'s sections that
+    differs; a field ``saved`` lacks (added since) counts as its default. Values are
+    compared as JSON (tuples as lists)."""
+    from transformer_jax import config as config_lib
+
+    defaults = _plain(config_lib.base_config().to_dict())
+    saved, new = _plain(saved), _plain(new)
+    out = {}
+    for section, fields in new.items():
+        if not isinstance(fields, dict):
+            continue
+        had = saved.get(section) if isinstance(saved.get(section), dict) else {}
+        for key, value in fields.items():
+            old = had.get(key, defaults.get(section, {}).get(key, value))
+            if old != value:
+                out[f"{section}.{key}"] = (old, value)
+    return out
+
+
+def resume_conflicts(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The changes from the ``saved`` config to the ``new`` one (dicts of sections, as in
+    config.json) that a resumed run cannot take, one string each naming the field and both
+    values: "model.d_model: 512 in the workdir, 256 asked". Empty when ``new`` may resume
+    ``saved``; the fields it checks are ``FIXED_SECTIONS`` and ``FIXED_FIELDS``."""
+    out = []
+    for field, (old, value) in config_changes(saved, new).items():
+        if field.split(".")[0] not in FIXED_SECTIONS and field not in FIXED_FIELDS:
+            continue
+        if field in FREE_MODEL_FIELDS or (
+                field == "model.attention" and {old, value} <= set(SAME_ATTENTION)):
+            continue
+        out.append(f"{field}: {old!r} in the workdir, {value!r} asked")
+    return out
+
+
+def remember_config(workdir: str | os.PathLike, new: dict[str, Any], resuming: bool,
+                    write: bool = True) -> dict[str, tuple[Any, Any]]:
+    """Checks the config ``new`` of a training run against the workdir's and records it.
+
+    A new run (``resuming`` False: no checkpoint and no vocabulary in the workdir) writes
+    ``config.json``, as does a run resuming a workdir without one. A resumed run whose
+    config.json is damaged, or with :func:`resume_conflicts` is refused in one
+    UserError; without a checkpoint only the data fields must match (the vocabulary). Its
+    other changes are appended to ``config_changes.jsonl`` (config.json stays the original)
+    and returned. ``write`` False (processes other than 0) checks only.
+    """
+    workdir = Path(workdir)
+    saved = read_config(workdir) if resuming else None  # a new run replaces any config.json
+    if saved is None:
+        if write:
+            faults.write_text_atomically(workdir / CONFIG_FILE, json.dumps(new, indent=2))
+            (workdir / CHANGES_FILE).unlink(missing_ok=True)
+        return {}
+    conflicts = resume_conflicts(saved, new)
+    if not faults.checkpoint_steps_on_disk(workdir):
+        conflicts = [c for c in conflicts if c.startswith("data.")]
+    if conflicts:
+        raise UserError(f"{workdir} was trained with other settings: {'; '.join(conflicts)}; "
+                        "resume with the workdir's values or train in another --workdir")
+    changes = config_changes(saved, new)
+    if changes and write:
+        with open(workdir / CHANGES_FILE, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"time": now(), "changes": {k: list(v) for k, v in
+                                                           changes.items()}}) + "\n")
+        logging.info("settings changed since the last run of %s: %s", workdir, ", ".join(
+            f"{k} {old!r} -> {value!r}" for k, (old, value) in changes.items()))
+    return changes
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON would give it back (tuples as lists)."""
+    return json.loads(json.dumps(value, default=str))

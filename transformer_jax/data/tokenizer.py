@@ -18,16 +18,28 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
+from transformer_jax.errors import DataError
+
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 MODEL_NAME = "spm.model"
 
 
 class Tokenizer:
-    """Text <-> ids with a trained SentencePiece model."""
+    """Text <-> ids with a trained SentencePiece model.
+
+    Raises DataError naming the file when it is missing or not a SentencePiece model (a
+    damaged ``vocab/spm.model``), so every command reports it in one line.
+    """
 
     def __init__(self, model_path: str | os.PathLike):
         self.path = Path(model_path)
-        self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        if not self.path.is_file():
+            raise DataError(f"{self.path}: no such vocabulary file")
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        except (RuntimeError, OSError):  # sentencepiece's parse error is a RuntimeError
+            raise DataError(f"{self.path}: damaged vocabulary, not a SentencePiece model"
+                            ) from None
 
     @property
     def vocab_size(self) -> int:
