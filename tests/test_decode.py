@@ -1,6 +1,7 @@
 """Decoding: the cache changes no logit, beam search finds what greedy misses, sampling stays
 inside its allowed set. The searches are tested on hand-set tables as well as the model."""
 
+import functools
 import itertools
 import math
 
@@ -285,6 +286,38 @@ def test_beam_scores_are_the_models_scores_of_its_hypotheses(params):
         assert list(scores[row * k:(row + 1) * k]) == sorted(scores[row * k:(row + 1) * k],
                                                              reverse=True)
     assert len(lengths) > 1  # hypotheses of different lengths were compared
+
+
+def test_beams_share_their_sentences_cross_attention_keys_and_values(params):
+    """Beam search with one copy of the cross-attention keys and values per sentence finds
+    what it found with a copy per beam, reordered with the beams at every step (the former
+    path: the encoder output repeated per beam), with the same scores."""
+    src, k, max_len = source_batch(), 4, 12
+    max_lengths = jnp.array([12, 7], jnp.int32)
+    encoded, segments = decode.encode(params, TINY, src)
+    search = functools.partial(decode.beam_search, beam_size=k, alpha=0.6,
+                               max_lengths=max_lengths, max_len=max_len)
+
+    shared_step, shared = decode.cached_step(params, TINY, encoded, segments, max_len, beams=k)
+    layer = shared["decoder"]["layer_0"]
+    assert layer["cross_attention"]["cross_key"].shape == (2, 7, 4, 8)  # [b, s, h, d_k]
+    assert layer["cross_attention"]["cross_value"].shape == (2, 7, 4, 8)
+    assert layer["self_attention"]["cached_key"].shape == (2 * k, max_len, 4, 8)
+    per_beam_step, per_beam = decode.cached_step(params, TINY, jnp.repeat(encoded, k, 0),
+                                                 jnp.repeat(segments, k, 0), max_len)
+    assert per_beam["decoder"]["layer_0"]["cross_attention"]["cross_key"].shape[0] == 2 * k
+
+    seqs, scores = jax.jit(lambda c: search(shared_step, c))(shared)
+    old_seqs, old_scores = jax.jit(lambda c: search(per_beam_step, c))(per_beam)
+    np.testing.assert_array_equal(seqs, old_seqs)
+    np.testing.assert_allclose(scores, old_scores, rtol=1e-5)
+    assert len({len(tokens_of(s)) for s in np.asarray(seqs).reshape(2 * k, -1)}) > 1
+    # generate takes the shared path, cached or not.
+    for use_cache in (True, False):
+        out = decode.generate(params, src, max_lengths, jax.random.key(0), config=TINY,
+                              decoding=decode.DecodeConfig(beam_size=k, alpha=0.6),
+                              max_len=max_len, use_cache=use_cache)
+        np.testing.assert_array_equal(out, seqs[:, 0])
 
 
 # ----------------------------------------------------------------------------------------

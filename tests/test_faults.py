@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 
-from transformer_jax import checkpoints, config as config_lib, faults, logs, train
+from transformer_jax import checkpoints, config as config_lib, faults, logs, parallel, train
 from transformer_jax.errors import TrainingStopped, UserError
 from transformer_jax.model import TransformerConfig
 
@@ -81,6 +82,41 @@ def test_sigterm_stops_training_with_a_checkpoint_and_the_rerun_continues_exactl
     train.train_and_evaluate(config, stopped)
     assert logged_losses(stopped) == logged_losses(straight)  # bitwise, nothing replayed
     assert faults.checkpoint_steps_on_disk(stopped) == [7, 10, 12]
+
+
+def test_sigterm_stops_within_two_steps_of_the_device(tmp_path, builtin_data_dir, monkeypatch):
+    # Steps of ~0.1 s (d_model 128, 1024 tokens) against ~1 ms to dispatch one: a loop that
+    # does not wait for the device would be dozens of steps ahead when the signal comes. Logs
+    # and checkpoints are far apart, so nothing else makes the loop wait.
+    config = tiny_config(builtin_data_dir, num_steps=200, log_every=1000, eval_every=1000,
+                         checkpoint_every=1000, peak_flops=1e9)
+    config.model.update(num_layers=2, d_model=128, d_ff=512)
+    config.data.tokens_per_batch = 32 * 32
+    dispatched = []  # every step's metrics, as the loop dispatches them
+    real_train = parallel.PmapExecutor.train
+
+    def recording_train(executor, *args):
+        state, metrics = real_train(executor, *args)
+        dispatched.append(metrics)
+        return state, metrics
+
+    def signal_once_step_3_has_run():
+        while len(dispatched) < 3:
+            time.sleep(0.001)
+        jax.block_until_ready(dispatched[2])  # the device has finished step 3
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(parallel.PmapExecutor, "train", recording_train)
+    sender = threading.Thread(target=signal_once_step_3_has_run, daemon=True)
+    sender.start()
+    result = train.train_and_evaluate(config, tmp_path)
+    sender.join()
+    saved = faults.checkpoint_steps_on_disk(tmp_path)
+    assert result == {"preempted_at_step": saved[-1]}
+    # Step 3 had finished when the signal came: the step then running (4) and at most one
+    # queued behind it ran before the checkpoint.
+    assert 3 <= saved[-1] <= 5, f"stopped at step {saved[-1]}, {len(dispatched)} dispatched"
+    assert len(dispatched) == saved[-1]
 
 
 # ----------------------------------------------------------------------------------------

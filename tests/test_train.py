@@ -105,3 +105,40 @@ def test_gradient_accumulation_equals_one_big_batch():
     initial = train.init_params(TINY, jax.random.key(0))
     assert any(not np.allclose(a, b) for a, b in zip(jax.tree.leaves(params_acc),
                                                      jax.tree.leaves(initial), strict=True))
+
+
+def test_mfu_peak_is_the_best_probe_of_the_run_and_never_above_100_percent(caplog):
+    # A start-up probe under contention read 100 GFLOP/s; the machine does 400. Probes are
+    # taken again at log lines 1, 2, 4, ... and when a figure exceeds 100%.
+    config = config_lib.build("base")
+    startup = iter([100e9])
+    probes = iter([150e9, 120e9, 400e9, 200e9, 380e9])
+    meter = train.MfuMeter(config, TINY, 1, probe=lambda: next(startup),
+                           reprobe=lambda: next(probes))
+    assert meter.peak == 100e9
+    flops = meter.flops_per_token
+
+    def mfu_at(flop_per_s):
+        return meter(flop_per_s / flops)
+
+    assert mfu_at(120e9) == pytest.approx(0.8)  # line 1 probes 150 (it was 1.2 against 100)
+    assert mfu_at(90e9) == pytest.approx(0.6)  # line 2 probes 120: 150 stays the peak
+    assert mfu_at(300e9) == pytest.approx(0.75)  # 200% at line 3 probes again: 400
+    with caplog.at_level("WARNING"):
+        assert mfu_at(500e9) is None  # line 4 probes 200 and, at 125%, 380: still too high
+    assert "MFU 125% is above 100%" in caplog.text
+    assert mfu_at(200e9) == pytest.approx(0.5)  # line 5: no probe
+    assert meter.peak == 400e9 and next(probes, None) is None
+
+
+def test_mfu_of_a_given_peak_is_never_probed_and_above_100_percent_is_left_out():
+    config = config_lib.build("base")
+    config.train.peak_flops = 1e9  # per device: 2e9 for two
+
+    def no_probe():
+        raise AssertionError("a peak from the config is not measured")
+
+    meter = train.MfuMeter(config, TINY, 2, probe=no_probe, reprobe=no_probe)
+    assert meter.peak == 2e9
+    assert meter(1.5e9 / meter.flops_per_token) == pytest.approx(0.75)
+    assert meter(3e9 / meter.flops_per_token) is None

@@ -5,8 +5,10 @@ The searches are written against one step function, ``tokens_to_logits(ids, cach
 next-token logits [n, V] and the updated cache out. :func:`cached_step` builds it from the
 model: the encoder runs once per batch, every decoder layer keeps the keys and values of its
 masked self-attention in the ``cache`` collection, and its cross-attention keeps the
-encoder's keys and values, computed once per sentence. :func:`uncached_step` recomputes the
-whole decoder prefix at every step instead (the baseline the cache is measured against).
+encoder's keys and values, computed once per sentence and shared by the sentence's beams
+(leaves [b, ...], where the self-attention's are [b * k, ...] and follow their beams).
+:func:`uncached_step` recomputes the whole decoder prefix at every step instead (the
+baseline the cache is measured against).
 Any other step function (a hand-set table in the tests) drives the same searches.
 
 Shapes: b = batch, k = beam size, s = source length, L = maximum output length (the
@@ -75,11 +77,12 @@ def encode(params: Any, config: TransformerConfig, inputs: Array) -> tuple[Array
 
 
 def init_cache(params: Any, config: TransformerConfig, encoded: Array,
-               inputs_segment_ids: Array, max_len: int) -> Any:
-    """An empty self-attention cache for ``max_len`` steps, plus the cross-attention keys
-    and values of ``encoded`` [b, s, d]. Leaves are [b, ...] or scalar step counters."""
+               inputs_segment_ids: Array, max_len: int, beams: int = 1) -> Any:
+    """An empty self-attention cache for ``max_len`` steps of ``beams`` hypotheses per
+    sentence (leaves [b * beams, ...]), plus the cross-attention keys and values of
+    ``encoded`` [b, s, d] (leaves [b, ...]), and scalar step counters."""
     model = Transformer(config.replace(decode=True, deterministic=True))
-    dummy = jnp.zeros((encoded.shape[0], max_len), jnp.int32)
+    dummy = jnp.zeros((encoded.shape[0] * beams, max_len), jnp.int32)
     _, variables = model.apply({"params": params}, encoded, inputs_segment_ids, dummy,
                                method=Transformer.decode, mutable=["cache"])
     return variables["cache"]
@@ -87,7 +90,8 @@ def init_cache(params: Any, config: TransformerConfig, encoded: Array,
 
 def decode_step(params: Any, config: TransformerConfig, cache: Any, encoded: Array,
                 inputs_segment_ids: Array, tokens: Array) -> tuple[Array, Any]:
-    """One cached step: the previous tokens [b] -> (logits [b, V], updated cache)."""
+    """One cached step: the previous tokens [b * beams] of sentences ``encoded`` [b, s, d]
+    -> (logits [b * beams, V], updated cache)."""
     model = Transformer(config.replace(decode=True, deterministic=True))
     logits, variables = model.apply(
         {"params": params, "cache": cache}, encoded, inputs_segment_ids, tokens[:, None],
@@ -101,13 +105,15 @@ def _no_padding(logits: Array) -> Array:
 
 
 def cached_step(params: Any, config: TransformerConfig, encoded: Array,
-                inputs_segment_ids: Array, max_len: int) -> tuple[StepFn, Any]:
+                inputs_segment_ids: Array, max_len: int,
+                beams: int = 1) -> tuple[StepFn, Any]:
     """(tokens_to_logits, initial cache) of the key/value-cached decoder.
 
-    ``encoded`` [n, s, d] and ``inputs_segment_ids`` [n, s] have one row per decoded
-    sequence (repeat them per beam for beam search).
+    ``encoded`` [b, s, d] and ``inputs_segment_ids`` [b, s] have one row per sentence; the
+    step decodes ``beams`` sequences of each, ids [b * beams] (row i * beams + j is beam j of
+    sentence i). The cross-attention keys and values stay [b, ...] (see :func:`init_cache`).
     """
-    cache = init_cache(params, config, encoded, inputs_segment_ids, max_len)
+    cache = init_cache(params, config, encoded, inputs_segment_ids, max_len, beams)
 
     def tokens_to_logits(ids: Array, cache: Any) -> tuple[Array, Any]:
         logits, cache = decode_step(params, config, cache, encoded, inputs_segment_ids, ids)
@@ -117,11 +123,12 @@ def cached_step(params: Any, config: TransformerConfig, encoded: Array,
 
 
 def uncached_step(params: Any, config: TransformerConfig, encoded: Array,
-                  inputs_segment_ids: Array, max_len: int,
+                  inputs_segment_ids: Array, max_len: int, beams: int = 1,
                   bucket: int = 16) -> tuple[StepFn, Any]:
     """(tokens_to_logits, initial state) of a decoder without a cache.
 
-    The state is the decoder's input so far ([n, L] ids) and the step. Each step runs the
+    Rows as :func:`cached_step`. The state is the decoder's input so far ([b * beams, L]
+    ids) and the step. Each step runs the
     whole decoder -- self-attention, cross-attention on the encoder output, feed-forward --
     over the prefix again, rounded up to a multiple of ``bucket`` positions (a jitted loop
     needs static shapes; ``lax.switch`` picks the branch of the right length at run time).
@@ -142,7 +149,7 @@ def uncached_step(params: Any, config: TransformerConfig, encoded: Array,
         logits = jax.lax.switch(step // bucket, [branch(n) for n in lengths], prefix, step)
         return _no_padding(logits), {"prefix": prefix, "step": step + 1}
 
-    n = encoded.shape[0]
+    n = encoded.shape[0] * beams
     return tokens_to_logits, {"prefix": jnp.zeros((n, max_len), jnp.int32),
                               "step": jnp.zeros((), jnp.int32)}
 
@@ -230,11 +237,15 @@ def sample_search(tokens_to_logits: StepFn, cache: Any, key: Array, max_lengths:
 
 
 def _gather_beams(tree: Any, beam_index: Array, b: int, k: int) -> Any:
-    """Reorders the beams of every [b * k, ...] leaf by ``beam_index`` [b, k]; scalar
-    leaves (step counters, shared by all beams) stay as they are."""
+    """Reorders the beams of every [b * k, ...] leaf by ``beam_index`` [b, k]; [b, ...]
+    leaves (a sentence's cross-attention keys and values, shared by its beams) and scalar
+    leaves (step counters) stay as they are."""
 
     def gather(x: Array) -> Array:
-        if x.ndim == 0:
+        if x.ndim == 0 or x.shape[0] != b * k:
+            if x.ndim and x.shape[0] != b:
+                raise ValueError(f"a cache leaf of {x.shape[0]} rows: neither {b} sentences "
+                                 f"nor {b} x {k} beams")
             return x
         rows = x.reshape(b, k, *x.shape[1:])
         index = beam_index.reshape(b, k, *([1] * (x.ndim - 1)))
@@ -258,7 +269,8 @@ def beam_search(tokens_to_logits: StepFn, cache: Any, *, beam_size: int, alpha: 
     Args:
       tokens_to_logits: ids [b * k] (row i * k + j is beam j of sentence i) and cache ->
         (logits [b * k, V], cache).
-      cache: the step function's state, leaves [b * k, ...] (or scalars).
+      cache: the step function's state, leaves [b * k, ...] (reordered with the beams),
+        [b, ...] (shared by a sentence's beams) or scalars.
       max_lengths: [b] the longest output of each sentence (<= max_len).
       eos_id: the end symbol; -1 never ends a hypothesis early (for benchmarks).
     Returns:
@@ -317,10 +329,6 @@ def beam_search(tokens_to_logits: StepFn, cache: Any, *, beam_size: int, alpha: 
 # The model, end to end
 
 
-def _repeat_rows(tree: Any, times: int) -> Any:
-    return jax.tree.map(lambda x: x if x.ndim == 0 else jnp.repeat(x, times, axis=0), tree)
-
-
 @functools.partial(jax.jit, static_argnames=("config", "decoding", "max_len", "use_cache",
                                              "eos_id"))
 def generate(params: Any, inputs: Array, max_lengths: Array, key: Array, *,
@@ -337,11 +345,9 @@ def generate(params: Any, inputs: Array, max_lengths: Array, key: Array, *,
       [b, max_len] output ids: tokens, EOS, then padding.
     """
     encoded, src_segments = encode(params, config, inputs)
-    rows = decoding.beam_size if decoding.strategy == "beam" else 1
-    if rows > 1:
-        encoded, src_segments = _repeat_rows((encoded, src_segments), rows)
+    beams = decoding.beam_size if decoding.strategy == "beam" else 1
     make_step = cached_step if use_cache else uncached_step
-    step, cache = make_step(params, config, encoded, src_segments, max_len)
+    step, cache = make_step(params, config, encoded, src_segments, max_len, beams)
     if decoding.strategy == "greedy":
         return greedy_search(step, cache, max_lengths, max_len, eos_id)
     if decoding.strategy == "sample":

@@ -186,7 +186,8 @@ class MultiHeadAttention(nn.Module):
     fused matmul. The key projection has no bias: it would add the same q.b to every logit of
     a row, which the softmax ignores, so its gradient is zero and Adam would only amplify
     rounding noise. In decode mode "causal" keeps its keys and values in the ``cache``
-    collection and "cross" computes the encoder's keys and values once per sentence.
+    collection and "cross" computes the encoder's keys and values once per sentence, shared
+    by all of that sentence's beam-search hypotheses.
     ``config.attention`` picks the kernel; only the dense one yields weights, so a call that
     reads them out (``intermediates`` mutable) runs the dense kernel, with the band mask of
     local attention where that applies: the same outputs, plus the weights.
@@ -198,7 +199,12 @@ class MultiHeadAttention(nn.Module):
     @nn.compact
     def __call__(self, x: Array, segment_ids: Array, context: Array | None = None,
                  context_segment_ids: Array | None = None) -> Array:
-        """x: [b, q, d] with segment ids [b, q]; context: [b, k, d] with [b, k] -> [b, q, d]."""
+        """x: [b, q, d] with segment ids [b, q]; context: [b, k, d] with [b, k] -> [b, q, d].
+
+        Cross-attention also takes a context of fewer rows, [n, k, d] with [n, k], where b is
+        a multiple of n: rows i * b / n .. (i + 1) * b / n - 1 of x (the hypotheses of beam
+        search) then all attend to context row i (one sentence).
+        """
         cfg = self.config
         h, h_kv, d_k, d_v = cfg.num_heads, cfg.kv_heads, cfg.d_k, cfg.d_v
         b, q_len = x.shape[:2]
@@ -212,6 +218,14 @@ class MultiHeadAttention(nn.Module):
                                  dtype=cfg.dtype, name="qkv")(x)
             kv_segment_ids = segment_ids
         q = q.reshape(b, q_len, h, d_k)
+        sentences = k.shape[0]
+        if self.kind == "cross" and sentences != b:
+            # Beam search: x holds b / sentences hypotheses of each sentence, which all attend
+            # to that sentence's keys and values. Folding the hypotheses into the query axis,
+            # [sentences, beams * q, h, d_k], shares one copy of the keys and values instead
+            # of repeating them per hypothesis (and reordering them with the beams).
+            q = q.reshape(sentences, b // sentences * q_len, h, d_k)
+            segment_ids = segment_ids.reshape(sentences, -1)
 
         q_offset = 0
         if cfg.decode and self.kind == "causal":
@@ -246,7 +260,11 @@ class MultiHeadAttention(nn.Module):
                 kernel, q, k, v, segment_ids, kv_segment_ids, causal=causal, q_offset=q_offset,
                 block_size=cfg.block_size, window=cfg.local_window), None
         if weights is not None:
+            if weights.shape[0] != b:  # folded hypotheses: [b, h, q, k] as unfolded
+                weights = weights.reshape(sentences, h, b // sentences, q_len, -1)
+                weights = weights.transpose(0, 2, 1, 3, 4).reshape(b, h, q_len, -1)
             self.sow("intermediates", "attention_weights", weights)
+        # Folded or not, out holds the rows of x in order: [b, q_len, h, d_v].
         return nn.Dense(cfg.d_model, dtype=cfg.dtype, kernel_init=nn.initializers.xavier_uniform(),
                         name="out")(out.reshape(b, q_len, h * d_v))
 

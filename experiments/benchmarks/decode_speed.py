@@ -1,109 +1,208 @@
-"""Decoding speed: greedy and beam-4 search, with and without the key/value cache.
+"""Decoding speed: the key/value cache at the demo size, and tokens/s at the base size.
 
-    python -m experiments.benchmarks.decode_speed [--batch=8] [--length=128] [--repeats=3]
+    python experiments/benchmarks/decode_speed.py [--batch=8] [--length=128] [--repeats=3]
+    python -m experiments.benchmarks.decode_speed [--shapes=demo,base]
 
-The demo-size model (configs/demo.py: 3 layers, d_model 128, d_ff 512, 4 heads, vocabulary
-1,000) with random weights -- speed does not depend on what the weights say. Every output is
-forced to ``--length`` tokens: the searches are run with no end symbol (eos_id = -1), so no
-sequence stops early. "Without the cache" recomputes the whole decoder over the prefix at
-every step (rounded up to a multiple of 16 positions, see ``decode.uncached_step``); "with"
-runs one position per step against the cached keys and values.
+Random weights throughout -- speed does not depend on what the weights say -- and every
+output forced to its full length: the searches run with no end symbol (eos_id = -1), so no
+sequence stops early.
+
+* demo: the demo-size model (configs/demo.py: 3 layers, d_model 128, d_ff 512, 4 heads,
+  vocabulary 1,000), ``--batch`` sources of ``--source_length`` tokens decoded to
+  ``--length`` tokens, greedy and beam 4, with and without the cache. "Without" recomputes
+  the whole decoder over the prefix at every step (rounded up to a multiple of 16 positions,
+  see ``decode.uncached_step``); "with" runs one position per step against the cached keys
+  and values. The cache must be at least 5x faster at output length >= 100.
+* base: the paper's base model (6 + 6 layers, d_model 512, d_ff 2048, 8 heads, vocabulary
+  37,000), 8 sentences of 32 source tokens, 63 output tokens each in a buffer of 64 (as
+  ``evaluate.translate`` sizes it), greedy and beam 4 (alpha 0.6) through
+  ``decode.generate``; and beam 4 the former way, with the cross-attention keys and values
+  repeated per beam and reordered with the beams at every step (for the ratio of the two).
 
 Tokens/s counts output tokens of the translations returned: batch x length per run (beam
-search decodes beam_size hypotheses per sentence to return one). Times are the median of
-``--repeats`` runs after one run that compiles. The cache must be at least 5x faster at
-output length >= 100. Ends with one JSON line of the figures.
+search decodes beam_size hypotheses per sentence to return one). Times are medians of
+``--repeats`` runs after one run that compiles; the runs of one shape alternate between its
+decoders, so that a machine's changing load falls on all of them. Ends with one JSON line of
+the headline figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import statistics
+import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script, configs/ is not importable otherwise
+    sys.path.insert(0, str(ROOT))
 
-from configs import demo
-from transformer_jax import decode, train
-from transformer_jax.model import TransformerConfig
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from configs import demo  # noqa: E402
+from transformer_jax import config as config_lib, decode, evaluate, train  # noqa: E402
+from transformer_jax.model import TransformerConfig  # noqa: E402
 
 REQUIRED_SPEEDUP = 5.0
+BASE_SHAPE = {"batch": 8, "source_length": 32, "length": 63}
 
 
-def measure(params, config, inputs, decoding, length, use_cache, repeats):
-    """(compile seconds, median run seconds) of decoding ``inputs`` to ``length`` tokens."""
+def random_sources(config: TransformerConfig, batch: int, length: int) -> jax.Array:
+    """[batch, length] random ids in [3, vocab), the last one EOS."""
+    ids = np.random.default_rng(0).integers(3, config.vocab_size, (batch, length))
+    ids[:, -1] = 1
+    return jnp.asarray(ids, jnp.int32)
+
+
+def decoder(params: object, config: TransformerConfig, inputs: jax.Array,
+            decoding: decode.DecodeConfig, length: int, buffer: int,
+            use_cache: bool = True) -> Callable[[], jax.Array]:
+    """A call that decodes ``inputs`` to exactly ``length`` tokens in a ``buffer``-long
+    output, as ``decode.generate`` does for the evaluate and translate commands."""
     max_lengths = jnp.full((inputs.shape[0],), length, jnp.int32)
+    return lambda: decode.generate(params, inputs, max_lengths, jax.random.key(0),
+                                   config=config, decoding=decoding, max_len=buffer,
+                                   use_cache=use_cache, eos_id=-1)
 
-    def run():
-        out = decode.generate(params, inputs, max_lengths, jax.random.key(0), config=config,
-                              decoding=decoding, max_len=length, use_cache=use_cache,
-                              eos_id=-1)
-        return jax.block_until_ready(out)
 
-    start = time.perf_counter()
-    out = run()
-    first = time.perf_counter() - start
-    assert np.all(np.asarray(out) > 0), "every position must hold a token (no early stop)"
-    times = []
-    for _ in range(repeats):
+@functools.partial(jax.jit, static_argnames=("config", "beam_size", "alpha", "max_len"))
+def per_beam_cross_attention(params: object, inputs: jax.Array, max_lengths: jax.Array, *,
+                             config: TransformerConfig, beam_size: int, alpha: float,
+                             max_len: int) -> jax.Array:
+    """Beam search the former way: the encoder output repeated per beam, so each layer's
+    cross-attention keys and values are [batch x beam, ...] and reordered with the beams
+    at every step. Returns [batch, max_len] ids as ``decode.generate``."""
+    encoded, segments = decode.encode(params, config, inputs)
+    step, cache = decode.cached_step(params, config, jnp.repeat(encoded, beam_size, 0),
+                                     jnp.repeat(segments, beam_size, 0), max_len)
+    seqs, _ = decode.beam_search(step, cache, beam_size=beam_size, alpha=alpha,
+                                 max_lengths=max_lengths, max_len=max_len, eos_id=-1)
+    return seqs[:, 0]
+
+
+def time_alternately(calls: dict[str, Callable[[], jax.Array]], length: int,
+                     repeats: int) -> dict[str, tuple[float, float]]:
+    """{name: (compile seconds, median run seconds)}, the timed runs taking turns."""
+    compile_s, times = {}, {name: [] for name in calls}
+    for name, call in calls.items():
         start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return first, statistics.median(times)
+        out = np.asarray(jax.block_until_ready(call()))
+        compile_s[name] = time.perf_counter() - start
+        assert np.all(out[:, :length] > 0) and np.all(out[:, length:] == 0), \
+            f"{name}: every output must be exactly {length} tokens (no early stop)"
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            jax.block_until_ready(call())
+            times[name].append(time.perf_counter() - start)
+    return {name: (compile_s[name], statistics.median(times[name])) for name in calls}
+
+
+def report(results: dict[str, tuple[float, float]], batch: int,
+           length: int) -> dict[str, float]:
+    """Prints one row per decoder; returns {name: tokens/s}."""
+    tokens_per_s = {}
+    for name, (compile_s, run_s) in results.items():
+        tokens_per_s[name] = batch * length / run_s
+        print(f"{name:<34} {compile_s:>10.2f} {run_s:>8.3f} {tokens_per_s[name]:>10.1f}",
+              flush=True)
+    return tokens_per_s
+
+
+def demo_shape(args: argparse.Namespace) -> dict[str, object]:
+    c = demo.get_config()
+    config = TransformerConfig.from_config(c.model, c.data.vocab_size)
+    if args.length > config.max_len:
+        sys.exit(f"--length={args.length} exceeds the demo model's max_len={config.max_len}")
+    params = train.init_params(config, jax.random.key(0))
+    inputs = random_sources(config, args.batch, args.source_length)
+    print(f"\ndemo model ({config.num_layers} layers, d_model {config.d_model}, vocabulary "
+          f"{config.vocab_size}), batch {args.batch}, source {args.source_length} tokens, "
+          f"output forced to {args.length} tokens")
+    print(f"{'decoder':<34} {'compile s':>10} {'run s':>8} {'tokens/s':>10}")
+    strategies = {"greedy": decode.DecodeConfig(strategy="greedy"),
+                  "beam4": decode.DecodeConfig(strategy="beam", beam_size=4, alpha=0.6)}
+    figures: dict[str, object] = {}
+    for name, decoding in strategies.items():
+        calls = {f"{name} {'cached' if use_cache else 'uncached'}": decoder(
+            params, config, inputs, decoding, args.length, args.length, use_cache)
+            for use_cache in (True, False)}
+        speed = report(time_alternately(calls, args.length, args.repeats), args.batch,
+                       args.length)
+        figures[f"demo_{name}_cache_speedup"] = round(
+            speed[f"{name} cached"] / speed[f"{name} uncached"], 2)
+    ok = args.length >= 100 and all(figures[f"demo_{n}_cache_speedup"] >= REQUIRED_SPEEDUP
+                                    for n in strategies)
+    for name in strategies:
+        print(f"{name}: the cache is {figures[f'demo_{name}_cache_speedup']:.1f}x faster at "
+              f"{args.length} tokens")
+    print(f"{'PASS' if ok else 'FAIL'}: the cache must be >= {REQUIRED_SPEEDUP:.0f}x faster at "
+          "output length >= 100")
+    figures["demo_output_length"] = args.length
+    figures["demo_cache_pass"] = ok
+    return figures
+
+
+def base_shape(args: argparse.Namespace) -> dict[str, object]:
+    c = config_lib.build("base")
+    config = TransformerConfig.from_config(c.model, c.data.vocab_size)
+    batch, source_length, length = BASE_SHAPE.values()
+    # evaluate.translate's buffer: one more than the longest output, rounded up.
+    buffer = -(-(length + 1) // evaluate.LENGTH_BUCKET) * evaluate.LENGTH_BUCKET
+    params = train.init_params(config, jax.random.key(0))
+    inputs = random_sources(config, batch, source_length)
+    print(f"\nbase model ({config.num_layers} + {config.num_layers} layers, d_model "
+          f"{config.d_model}, vocabulary {config.vocab_size}), {batch} sentences of "
+          f"{source_length} source tokens, {length} output tokens (buffer {buffer})")
+    print(f"{'decoder':<34} {'compile s':>10} {'run s':>8} {'tokens/s':>10}")
+    beam = decode.DecodeConfig(strategy="beam", beam_size=4, alpha=0.6)
+    max_lengths = jnp.full((batch,), length, jnp.int32)
+    calls = {
+        "greedy": decoder(params, config, inputs, decode.DecodeConfig(strategy="greedy"),
+                          length, buffer),
+        "beam4": decoder(params, config, inputs, beam, length, buffer),
+        "beam4, cross K/V per beam (former)": lambda: per_beam_cross_attention(
+            params, inputs, max_lengths, config=config, beam_size=4, alpha=0.6,
+            max_len=buffer),
+    }
+    speed = report(time_alternately(calls, length, args.repeats), batch, length)
+    ratio = speed["beam4"] / speed["beam4, cross K/V per beam (former)"]
+    print(f"beam 4: cross-attention keys and values shared by a sentence's beams decode "
+          f"{ratio:.2f}x as fast as a copy per beam")
+    return {"base_greedy_tokens_per_s": round(speed["greedy"], 1),
+            "base_beam4_tokens_per_s": round(speed["beam4"], 1),
+            "base_beam4_per_beam_cross_kv_tokens_per_s": round(
+                speed["beam4, cross K/V per beam (former)"], 1),
+            "base_beam4_shared_over_per_beam": round(ratio, 3)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch", type=int, default=8, help="sentences per batch")
-    parser.add_argument("--length", type=int, default=128, help="output tokens (>= 100)")
-    parser.add_argument("--source_length", type=int, default=24)
+    parser.add_argument("--shapes", default="demo,base", help="comma-separated: demo, base")
+    parser.add_argument("--batch", type=int, default=8, help="demo: sentences per batch")
+    parser.add_argument("--length", type=int, default=128, help="demo: output tokens (>= 100)")
+    parser.add_argument("--source_length", type=int, default=24, help="demo: source tokens")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    if not shapes or set(shapes) - {"demo", "base"}:
+        parser.error("--shapes must name some of demo, base")
 
-    c = demo.get_config()
-    config = TransformerConfig.from_config(c.model, c.data.vocab_size)
-    if args.length > config.max_len:
-        parser.error(f"--length={args.length} exceeds the model's max_len={config.max_len}")
-    params = train.init_params(config, jax.random.key(0))
-    rng = np.random.default_rng(0)
-    inputs = rng.integers(3, config.vocab_size, (args.batch, args.source_length))
-    inputs[:, -1] = 1  # EOS
-    inputs = jnp.asarray(inputs, jnp.int32)
-
-    print(f"decode speed: demo model ({config.num_layers} layers, d_model {config.d_model}, "
-          f"vocabulary {config.vocab_size}), batch {args.batch}, source {args.source_length} "
-          f"tokens, output forced to {args.length} tokens; {jax.devices()[0].platform} "
+    print(f"decode speed on {jax.devices()[0].platform} "
           f"({platform.processor() or platform.machine()}), jax {jax.__version__}")
-    print(f"{'strategy':<9} {'cache':<6} {'compile s':>10} {'run s':>8} {'tokens/s':>10}")
-    figures: dict[str, float] = {}
-    strategies = {"greedy": decode.DecodeConfig(strategy="greedy"),
-                  "beam4": decode.DecodeConfig(strategy="beam", beam_size=4, alpha=0.6)}
-    for name, decoding in strategies.items():
-        for use_cache in (True, False):
-            compile_s, run_s = measure(params, config, inputs, decoding, args.length, use_cache,
-                                       args.repeats)
-            tokens_per_s = args.batch * args.length / run_s
-            key = f"{name}_{'cached' if use_cache else 'uncached'}_tokens_per_s"
-            figures[key] = round(tokens_per_s, 1)
-            print(f"{name:<9} {'yes' if use_cache else 'no':<6} {compile_s:>10.2f} "
-                  f"{run_s:>8.3f} {tokens_per_s:>10.1f}", flush=True)
-        speedup = figures[f"{name}_cached_tokens_per_s"] / figures[
-            f"{name}_uncached_tokens_per_s"]
-        figures[f"{name}_speedup"] = round(speedup, 2)
-
-    ok = args.length >= 100 and all(figures[f"{n}_speedup"] >= REQUIRED_SPEEDUP
-                                    for n in strategies)
-    for name in strategies:
-        print(f"{name}: the cache is {figures[f'{name}_speedup']:.1f}x faster at "
-              f"{args.length} tokens")
-    print(f"{'PASS' if ok else 'FAIL'}: the cache must be >= {REQUIRED_SPEEDUP:.0f}x faster at "
-          "output length >= 100")
-    print(json.dumps({"benchmark": "decode_speed", "batch": args.batch,
-                      "output_length": args.length, **figures, "pass": ok}))
+    figures: dict[str, object] = {}
+    if "demo" in shapes:
+        figures.update(demo_shape(args))
+    if "base" in shapes:
+        figures.update(base_shape(args))
+    print(json.dumps({"benchmark": "decode_speed", **figures}))
 
 
 if __name__ == "__main__":
