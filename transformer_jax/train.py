@@ -240,6 +240,8 @@ class Run:
             config.train.nonfinite, config.train.max_nonfinite_in_a_row,
             meta.get("nonfinite_steps", 0), meta.get("nonfinite_in_a_row", 0))
         self.mfu = MfuMeter(config, self.model_config, self.global_devices)
+        self.checkpoint_clock = (CheckpointClock(config.train.checkpoint_every_minutes)
+                                 if config.train.checkpoint_every_minutes else None)
         self.profile = Profile(workdir, config.train.profile_start * self.accum,
                                config.train.profile_steps * self.accum, enabled=self.is_chief)
         self.final: dict[str, Any] = {}
@@ -292,13 +294,31 @@ class Run:
                     self.writer.write("eval", self.step // self.accum, _validation_bleu(
                         self.config, self.model_config, self.executor.params(self.state),
                         self.tokenizer, self.eval_source))
-                if self._due(t.checkpoint_every):
+                if self._checkpoint_due():
                     self._save()
         except Exception:
             self.close()  # the checkpoint in flight is finished first
             raise
         self.ckpts.wait()
         return True
+
+    def _checkpoint_due(self) -> bool:
+        """Every train.checkpoint_every steps or, with train.checkpoint_every_minutes, when
+        that many minutes passed since the last checkpoint; and at the last step."""
+        clock = self.checkpoint_clock
+        if clock is None or self.step == self.total_steps:
+            return self._due(self.config.train.checkpoint_every)
+        if self.step % self.accum:
+            return False  # within an accumulated step
+        if jax.process_count() == 1:
+            return clock.due()
+        # Every process must save the same step, and their clocks differ: process 0 decides,
+        # at log steps only, so the broadcast does not stall every step.
+        if not self._due(self.config.train.log_every):
+            return False
+        from jax.experimental import multihost_utils
+
+        return bool(multihost_utils.broadcast_one_to_all(np.asarray(clock.due())))
 
     def _train_step(self) -> None:
         self.profile.before(self.step)
@@ -340,19 +360,23 @@ class Run:
         self.ckpts.save(self.step, self.executor.host_state(self.state), self.data.iterator,
                         meta, force=True)
         self.saved_step = self.step
+        if self.checkpoint_clock is not None:
+            self.checkpoint_clock.restart()
 
     def close(self) -> None:
         self.writer.close()
         self.ckpts.close()
 
     def finish(self) -> dict[str, Any]:
-        """The end of a finished run: test BLEU and samples, final_metrics.json, pictures."""
+        """The end of a finished run: the test split decoded with the averaged model (both
+        BLEUs, its hypotheses and references under eval/), samples, final_metrics.json,
+        pictures."""
         c, step = self.config, self.total_steps // self.accum
-        params = self.executor.params(self.state)
-        final = dict(self.final)
+        params, averaged = self._final_params()
+        final = {**self.final, "averaged_steps": averaged}
         if c.train.bleu_sentences or c.train.samples:
             final.update(_final_translations(c, self.model_config, params, self.tokenizer,
-                                             self.writer, step))
+                                             self.writer, step, self.workdir, self.is_chief))
         if self.is_chief:
             faults.write_text_atomically(self.workdir / "final_metrics.json",
                                          json.dumps({"step": step, **final}, indent=2))
@@ -362,6 +386,36 @@ class Run:
             visualize.write_run_pictures(c, self.model_config, params, self.tokenizer,
                                          self.workdir)
         return final
+
+    def _final_params(self) -> tuple[Any, list[int]]:
+        """(parameters to evaluate, the checkpoint steps averaged into them): the mean of the
+        last config_lib.checkpoints_to_average checkpoints, as the paper evaluates; with one,
+        the trained state's own parameters (those of the last checkpoint)."""
+        wanted = config_lib.checkpoints_to_average(self.config)
+        if wanted == 1:
+            return self.executor.params(self.state), [self.saved_step]
+        params, steps, notes = self.ckpts.average_last(
+            params_lib.param_shapes(self.model_config), wanted)
+        logging.info("evaluating the mean of checkpoints %s", ", ".join(map(str, steps)))
+        for note in notes:
+            logging.warning("warning: %s", note)
+        return params, steps
+
+
+class CheckpointClock:
+    """Whether ``minutes`` of wall-clock time passed since the last checkpoint (or the
+    start): train.checkpoint_every_minutes, the paper's 10-minute interval."""
+
+    def __init__(self, minutes: float, clock: Callable[[], float] | None = None):
+        self.seconds = minutes * 60.0
+        self.clock = clock or time.monotonic
+        self.last = self.clock()
+
+    def due(self) -> bool:
+        return self.clock() - self.last >= self.seconds
+
+    def restart(self) -> None:
+        self.last = self.clock()
 
 
 class MfuMeter:
@@ -459,22 +513,41 @@ def _validation_bleu(config: ml_collections.ConfigDict, model_config: Transforme
     return {"bleu": evaluate.bleu(hyps, [t for _, t in pairs])[0]}
 
 
+# The end-of-training test hypotheses and their references, one sentence a line (relative to
+# the workdir): for significance tests between runs.
+FINAL_HYPOTHESES = "eval/test-final.hyp.txt"
+FINAL_REFERENCES = "eval/test-final.ref.txt"
+
+
 def _final_translations(config: ml_collections.ConfigDict, model_config: TransformerConfig,
                         params: Any, tokenizer: tokenizer_lib.Tokenizer, writer: MetricWriter,
-                        step: int) -> dict[str, Any]:
-    """Decodes the first sentences of the test split: BLEU and a few samples."""
+                        step: int, workdir: Path, is_chief: bool = True) -> dict[str, Any]:
+    """Decodes the first sentences of the test split: both BLEUs, the hypotheses and
+    references written to FINAL_HYPOTHESES and FINAL_REFERENCES, and a few samples."""
     test = sources.get_source(config.data, "test")
     n = min(max(config.train.bleu_sentences, config.train.samples), len(test))
     pairs = [test[i] for i in range(n)]
     start = time.time()
     decoding = decode.DecodeConfig.from_config(config.decode)
     hyps = evaluate.translate(params, model_config, tokenizer, [s for s, _ in pairs], decoding)
+    refs = [t for _, t in pairs]
     result: dict[str, Any] = {}
     if config.train.bleu_sentences:
-        score, signature = evaluate.bleu(hyps, [t for _, t in pairs])
-        result = {"test_bleu": score, "bleu_signature": signature, "bleu_sentences": n}
-        writer.write("test", step, {"bleu": score})
-        logging.info("test BLEU %.2f on %d sentences (%s, %.1fs)  %s", score, n,
+        score, signature = evaluate.bleu(hyps, refs)
+        tokenized, tokenized_signature = evaluate.tokenized_bleu(hyps, refs,
+                                                                 config.data.target_lang)
+        result = {"test_bleu": score, "bleu_signature": signature,
+                  "test_bleu_tokenized": tokenized,
+                  "bleu_tokenized_signature": tokenized_signature, "bleu_sentences": n,
+                  "test_hypotheses": FINAL_HYPOTHESES, "test_references": FINAL_REFERENCES}
+        if is_chief:
+            (workdir / "eval").mkdir(exist_ok=True)
+            for name, lines in ((FINAL_HYPOTHESES, hyps), (FINAL_REFERENCES, refs)):
+                faults.write_text_atomically(workdir / name, "".join(
+                    line.replace("\n", " ") + "\n" for line in lines))
+        writer.write("test", step, {"bleu": score, "bleu_tokenized": tokenized})
+        logging.info("test BLEU %.2f (tokenized, compound-split: %.2f) on %d sentences (%s, "
+                     "%.1fs)  %s", score, tokenized, n,
                      evaluate.describe(dataclasses.asdict(decoding)), time.time() - start,
                      signature)
     for (src, ref), hyp in list(zip(pairs, hyps, strict=True))[: config.train.samples]:
