@@ -12,7 +12,7 @@ PYTHON ?= $(shell for p in python3.12 "$$(PYENV_VERSION=$$(pyenv versions --bare
 	&& "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null \
 	&& { echo "$$p"; break; }; done)
 
-.PHONY: venv demo test test-all lint faults clean-demo
+.PHONY: venv demo test test-all lint faults clean-demo accelerator-check
 
 venv: $(VENV)/.installed
 
@@ -39,6 +39,12 @@ test-all: venv
 # The fault-injection suite (kill -9 at random moments, then resume); not part of `make test`.
 faults: venv
 	$(PY) -m pytest -q -m faults
+
+# The first command on a new machine (README, "First run on a new accelerator"): devices,
+# train and decode speed, the attention kernels agreeing, the demo trained; ends with one JSON
+# line. Within 8 minutes on one GPU; install JAX's GPU or TPU build first (pip install -e '.[cuda]').
+accelerator-check: venv
+	$(PY) -m experiments.benchmarks.accelerator_check
 
 lint: venv
 	$(VENV)/bin/ruff check transformer_jax configs experiments tests launch

@@ -178,3 +178,69 @@ def test_checksums_do_not_depend_on_the_layout_and_catch_one_changed_bit(state):
     changed = checkpoints.integrity(params)[0]
     before = checkpoints.integrity(state.params)[0]
     assert {k for k in before if changed[k] != before[k]} == {"decoder/layer_0/ffn/w1/kernel"}
+
+
+# ----------------------------------------------------------------------------------------
+# The paper's averaging window
+
+
+def test_checkpoints_are_written_often_enough_to_average_the_papers_window():
+    base, big = config_lib.build("base"), config_lib.build("big")
+    # 10 minutes at the paper's ~0.4 s (base) and ~1.0 s (big) a step.
+    assert base.train.checkpoint_every == 1500 and big.train.checkpoint_every == 600
+    assert config_lib.checkpoints_to_average(base) == 5
+    assert config_lib.checkpoints_to_average(big) == 20
+    # The averaged windows: the last 6,000 of 100K steps, the last 11,400 of 300K.
+    for c in (base, big):
+        n, every = config_lib.checkpoints_to_average(c), c.train.checkpoint_every
+        last = c.train.num_steps
+        assert checkpoints.early_span([last - every * i for i in reversed(range(n))]) is None
+    assert base.train.checkpoint_every_minutes == 0.0
+
+
+def test_minutes_and_averaging_fields_are_validated():
+    c = config_lib.build("base")
+    c.train.checkpoint_every_minutes = -1.0
+    with pytest.raises(config_lib.ConfigError, match=r"train.checkpoint_every_minutes=-1.0 "
+                       r"must be a number in \[0.0, inf\]"):
+        config_lib.validate(c)
+    c = config_lib.build("base")
+    c.train.average_checkpoints = 6
+    with pytest.raises(config_lib.ConfigError, match="train.average_checkpoints=6 exceeds "
+                       "train.keep_checkpoints=5"):
+        config_lib.validate(c)
+
+
+def test_an_average_reaching_back_into_early_training_is_named():
+    # The demo's three checkpoints span its whole run.
+    warning = checkpoints.early_span([150, 300, 450])
+    assert warning.startswith("the averaged checkpoints (steps 150, 300, 450) reach back to "
+                              "33% of step 450")
+    assert checkpoints.early_span([94_000, 95_500, 97_000, 98_500, 100_000]) is None
+    assert checkpoints.early_span([89_999, 100_000]) is not None  # just before 90%
+    assert checkpoints.early_span([450]) is None  # the latest alone
+
+
+def test_average_last_takes_what_the_workdir_holds(tmp_path, state):
+    p = state.params
+    ckpts = save_all(tmp_path, state, {98: scaled(p, 1.0), 100: scaled(p, 3.0)})
+    mean, steps, notes = ckpts.average_last(template_of(p), 5)
+    assert steps == [98, 100]
+    assert notes == [f"the config averages the last 5 checkpoints but {ckpts.directory} "
+                     "holds 2: averaging those"]
+    for a, b in zip(jax.tree.leaves(mean), jax.tree.leaves(scaled(p, 2.0)), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    assert ckpts.average_last(template_of(p), 1)[1:] == ([100], [])
+    ckpts.close()
+
+
+def test_the_checkpoint_clock_counts_minutes_from_the_last_checkpoint():
+    now = [0.0]
+    clock = train.CheckpointClock(10.0, clock=lambda: now[0])
+    now[0] = 599.0
+    assert not clock.due()
+    now[0] = 600.0
+    assert clock.due()
+    clock.restart()
+    now[0] = 1199.0
+    assert not clock.due()

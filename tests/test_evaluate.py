@@ -154,6 +154,22 @@ def test_evaluate_averages_and_writes_hypotheses_and_scores(workdir, run_config)
         evaluate.load_workdir(workdir, run_config, average=4)
 
 
+def test_evaluate_averages_the_configs_number_or_what_the_workdir_holds(workdir, run_config):
+    # keep_checkpoints = 3 and average_checkpoints = 0: the last 3, which span the whole run.
+    loaded = evaluate.load_workdir(workdir, run_config)
+    assert loaded.steps == [10, 20, 30]
+    assert loaded.notes == ["the averaged checkpoints (steps 10, 20, 30) reach back to 33% of "
+                            "step 30, an early part of training; the paper's span its last "
+                            "4-6% of steps (--average=1 takes the latest alone)"]
+    run_config.train.keep_checkpoints = 20  # as the big model's config would ask
+    loaded = evaluate.load_workdir(workdir, run_config)
+    assert loaded.steps == [10, 20, 30]
+    assert loaded.notes[0] == (f"the config averages the last 20 checkpoints but "
+                               f"{workdir / 'checkpoints'} holds 3: averaging those")
+    latest = evaluate.load_workdir(workdir, run_config, average=1)
+    assert latest.steps == [30] and latest.notes == []
+
+
 def test_evaluate_command(workdir):
     out = subprocess.run(
         [sys.executable, "-m", "transformer_jax.evaluate", f"--workdir={workdir}",
@@ -163,6 +179,8 @@ def test_evaluate_command(workdir):
     lines = out.stdout.splitlines()
     assert lines[0].startswith("validation: 16 sentences; parameters of checkpoint(s) 20, 30 "
                                "averaged; beam 2, alpha 0.6, max length input + 50")
+    assert lines[1].startswith("warning: the averaged checkpoints (steps 20, 30) reach back to "
+                               "67% of step 30, an early part of training")
     assert any(line.startswith("BLEU (sacreBLEU, detokenized): ") and "tok:13a" in line
                for line in lines)
     assert any(line.startswith("BLEU (tokenized, compound-split") and "tok:none" in line

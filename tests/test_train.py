@@ -1,14 +1,20 @@
 """Training: the schedule, label smoothing, the pmapped step and checkpoints."""
 
+import functools
+import json
+import logging
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from transformer_jax import checkpoints, config as config_lib, train
+from transformer_jax import checkpoints, config as config_lib, decode, evaluate, params, train
+from transformer_jax.data import sources, tokenizer
+from transformer_jax.model import TransformerConfig
 
-from .helpers import TINY, random_batch, run_steps
+from .helpers import TINY, random_batch, run_steps, tiny_config
 
 
 @pytest.mark.parametrize("step,expected", [
@@ -142,3 +148,44 @@ def test_mfu_of_a_given_peak_is_never_probed_and_above_100_percent_is_left_out()
     assert meter.peak == 2e9
     assert meter(1.5e9 / meter.flops_per_token) == pytest.approx(0.75)
     assert meter(3e9 / meter.flops_per_token) is None
+
+
+def test_minutes_apart_checkpoints_and_the_averaged_final_evaluation(
+        tmp_path, builtin_data_dir, monkeypatch, caplog):
+    # A clock 15 s further on at each reading: the loop reads it once a step and once after
+    # each checkpoint, so with 1-minute checkpoints one falls due every 4 steps.
+    readings = iter(range(0, 10**6, 15))
+    monkeypatch.setattr(train, "CheckpointClock", functools.partial(
+        train.CheckpointClock, clock=lambda: float(next(readings))))
+    config = tiny_config(builtin_data_dir, num_steps=20, checkpoint_every=1000,
+                         checkpoint_every_minutes=1.0, eval_every=20, bleu_sentences=8)
+    with caplog.at_level(logging.WARNING):
+        final = train.train_and_evaluate(config, tmp_path)
+    ckpts = checkpoints.Checkpoints(tmp_path, 5)
+    assert ckpts.all_steps() == [4, 8, 12, 16, 20]
+    # The paper's evaluation: the mean of the last train.keep_checkpoints = 5, and a warning
+    # that they span the whole (tiny) run.
+    saved = json.loads((tmp_path / "final_metrics.json").read_text())
+    assert saved["averaged_steps"] == final["averaged_steps"] == [4, 8, 12, 16, 20]
+    assert "the averaged checkpoints (steps 4, 8, 12, 16, 20) reach back to 20% of step 20" \
+        in caplog.text
+    hyps = (tmp_path / saved["test_hypotheses"]).read_text(encoding="utf-8").splitlines()
+    refs = (tmp_path / saved["test_references"]).read_text(encoding="utf-8").splitlines()
+    assert saved["test_hypotheses"] == "eval/test-final.hyp.txt"
+    assert saved["test_references"] == "eval/test-final.ref.txt"
+    assert len(hyps) == len(refs) == saved["bleu_sentences"] == 8
+    test = sources.get_source(config.data, "test")
+    assert refs == [test[i][1] for i in range(8)]
+    # The hypotheses are the averaged model's, and both BLEUs are theirs.
+    model_config = TransformerConfig.from_config(config.model, ckpts.read_meta(20)["vocab_size"])
+    mean, _ = ckpts.average_params(params.param_shapes(model_config), 5)
+    ckpts.close()
+    expected = evaluate.translate(mean, model_config,
+                                  tokenizer.Tokenizer(tmp_path / "vocab" / tokenizer.MODEL_NAME),
+                                  [test[i][0] for i in range(8)],
+                                  decode.DecodeConfig.from_config(config.decode))
+    assert hyps == expected
+    assert saved["test_bleu"] == pytest.approx(evaluate.bleu(hyps, refs)[0])
+    assert saved["test_bleu_tokenized"] == pytest.approx(evaluate.tokenized_bleu(hyps, refs)[0])
+    assert "tok:13a" in saved["bleu_signature"]
+    assert "compound-split" in saved["bleu_tokenized_signature"]

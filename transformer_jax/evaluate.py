@@ -4,7 +4,10 @@
         [--config.decode.beam_size=4 --config.decode.alpha=0.6 ...]
 
 rebuilds the model from the workdir's ``config.json`` and the vocabulary size saved with its
-checkpoints, averages the parameters of the last N checkpoints (default: the latest alone),
+checkpoints, averages the parameters of the last N checkpoints (default: the config's
+number, 5 for base and 20 for big, or every checkpoint the workdir holds if fewer;
+``--average=1``: the latest alone; the checkpoints averaged are printed, with a warning when
+they reach back into early training),
 and reports on the split
 
 * perplexity (per target subword token, sentences truncated to ``data.max_len``);
@@ -41,7 +44,14 @@ import numpy as np
 import sacrebleu
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-from transformer_jax import checkpoints, decode, losses, params as params_lib
+from transformer_jax import (
+    checkpoints,
+    config as config_lib,
+    decode,
+    faults,
+    losses,
+    params as params_lib,
+)
 from transformer_jax.data import pipeline, sources
 from transformer_jax.data.pipeline import pad_batch
 from transformer_jax.data.tokenizer import MODEL_NAME, Tokenizer
@@ -209,12 +219,16 @@ class Loaded:
     model_config: TransformerConfig
     tokenizer: Tokenizer
     steps: list[int]  # the checkpoints whose parameters were averaged (one: not averaged)
+    notes: list[str] = dataclasses.field(default_factory=list)  # one-line warnings for the user
 
 
 def load_workdir(workdir: str | Path, config: ml_collections.ConfigDict,
-                 average: int = 1) -> Loaded:
+                 average: int | None = None) -> Loaded:
     """The model of a training run: ``config`` is the run's config (``cli.workdir_config``);
-    the parameters are the latest checkpoint's, or the mean of the last ``average``."""
+    the parameters are the mean of the last ``average`` checkpoints (1: the latest alone).
+    ``average=None`` takes the config's number (``config.checkpoints_to_average``: 5 for
+    base, 20 for big), or every checkpoint the workdir holds if fewer, saying so in
+    ``notes``. Raises UserError if ``average`` is more than the workdir holds."""
     workdir = Path(workdir)
     vocab = workdir / "vocab" / MODEL_NAME
     if not vocab.is_file():
@@ -223,6 +237,7 @@ def load_workdir(workdir: str | Path, config: ml_collections.ConfigDict,
     if not (workdir / "checkpoints").is_dir():
         raise UserError(f"{workdir / 'checkpoints'}: no checkpoints; train first")
     ckpts = checkpoints.Checkpoints(workdir, config.train.keep_checkpoints)
+    notes: list[str] = []
     try:
         steps = ckpts.all_steps()
         if not steps:
@@ -230,16 +245,20 @@ def load_workdir(workdir: str | Path, config: ml_collections.ConfigDict,
         meta = ckpts.read_meta(steps[-1])
         model_config = TransformerConfig.from_config(config.model, int(meta["vocab_size"]))
         template = params_lib.param_shapes(model_config)
-        if average > 1:
-            params, used = ckpts.average_params(template, average)
+        if average is None:
+            params, used, notes = ckpts.average_last(
+                template, config_lib.checkpoints_to_average(config))
         elif average == 1:
             params, used = ckpts.restore_params(steps[-1], template), [steps[-1]]
+        elif average > 1:
+            params, used = ckpts.average_params(template, average)
+            notes = [n for n in [checkpoints.early_span(used)] if n]
         else:
             raise UserError(f"--average={average} must be >= 1")
     finally:
         ckpts.close()
     logging.info("model from %s: checkpoint(s) %s", workdir, ", ".join(map(str, used)))
-    return Loaded(params, model_config, Tokenizer(vocab), used)
+    return Loaded(params, model_config, Tokenizer(vocab), used, notes)
 
 
 # ----------------------------------------------------------------------------------------
@@ -247,10 +266,11 @@ def load_workdir(workdir: str | Path, config: ml_collections.ConfigDict,
 
 
 def evaluate_workdir(workdir: str | Path, config: ml_collections.ConfigDict, split: str,
-                     average: int = 1, limit: int = 0,
+                     average: int | None = None, limit: int = 0,
                      progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Perplexity and BLEU (both ways) of a workdir's model on ``split``; writes the
-    hypotheses and the scores under ``<workdir>/eval/``. Returns the scores."""
+    """Perplexity and BLEU (both ways) of a workdir's model on ``split`` (``average`` as in
+    :func:`load_workdir`); writes the hypotheses and the scores under ``<workdir>/eval/``.
+    Returns the scores, the averaged checkpoints and any notes about them."""
     if split not in ("validation", "test"):
         raise UserError(f"--split={split!r} is not one of validation, test")
     start = time.time()
@@ -268,7 +288,8 @@ def evaluate_workdir(workdir: str | Path, config: ml_collections.ConfigDict, spl
     sacre, sacre_signature = bleu(hyps, refs)
     tok, tok_signature = tokenized_bleu(hyps, refs, config.data.target_lang)
     result = {
-        "split": split, "sentences": n, "checkpoints": loaded.steps, "average": average,
+        "split": split, "sentences": n, "checkpoints": loaded.steps,
+        "average": len(loaded.steps), "notes": loaded.notes,
         "perplexity": ppl["perplexity"], "target_tokens": ppl["tokens"],
         "bleu": sacre, "bleu_signature": sacre_signature,
         "tokenized_bleu": tok, "tokenized_bleu_signature": tok_signature,
@@ -277,9 +298,9 @@ def evaluate_workdir(workdir: str | Path, config: ml_collections.ConfigDict, spl
     out = Path(workdir) / "eval"
     out.mkdir(exist_ok=True)
     tag = f"beam{decoding.beam_size}" if decoding.strategy == "beam" else decoding.strategy
-    name = f"{split}-avg{average}-{tag}"
-    (out / f"{name}.hyp.txt").write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    (out / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    name = f"{split}-avg{len(loaded.steps)}-{tag}"
+    faults.write_text_atomically(out / f"{name}.hyp.txt", "".join(h + "\n" for h in hyps))
+    faults.write_text_atomically(out / f"{name}.json", json.dumps(result, indent=2) + "\n")
     result["files"] = [str(out / f"{name}.hyp.txt"), str(out / f"{name}.json")]
     return result
 
@@ -314,6 +335,8 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
         steps = ", ".join(map(str, r["checkpoints"]))
         print(f"{split}: {r['sentences']} sentences; parameters of checkpoint(s) {steps}"
               f"{' averaged' if len(r['checkpoints']) > 1 else ''}; {describe(r['decode'])}")
+        for note in r["notes"]:
+            print(f"warning: {note}")
         print(f"perplexity: {r['perplexity']:.3f}")
         print(f"BLEU (sacreBLEU, detokenized): {r['bleu']:.2f}  {r['bleu_signature']}")
         print(f"BLEU (tokenized, compound-split, as in the paper): {r['tokenized_bleu']:.2f}  "
@@ -336,9 +359,11 @@ if __name__ == "__main__":
         "config": cli.define_overrides_flag(),
         "split": flags.DEFINE_enum("split", "test", ["validation", "test"],
                                    "The split to evaluate on."),
-        "average": flags.DEFINE_integer("average", 1, "Average the parameters of the last N "
-                                        "checkpoints (the paper: 5 for base, 20 for big).",
-                                        lower_bound=1),
+        "average": flags.DEFINE_integer(
+            "average", None, "Average the parameters of the last N checkpoints; 1: the latest "
+            "alone. Default: the run's train.average_checkpoints (0: train.keep_checkpoints; the "
+            "paper's 5 for base, 20 for big), or all the workdir holds if fewer.",
+            lower_bound=1),
         "limit": flags.DEFINE_integer("limit", 0, "Only the first N sentences (0: all).",
                                       lower_bound=0),
     }))

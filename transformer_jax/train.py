@@ -262,6 +262,8 @@ class Run:
             config.train.nonfinite, config.train.max_nonfinite_in_a_row,
             meta.get("nonfinite_steps", 0), meta.get("nonfinite_in_a_row", 0))
         self.mfu = MfuMeter(config, self.model_config, self.global_devices)
+        self.checkpoint_clock = (CheckpointClock(config.train.checkpoint_every_minutes)
+                                 if config.train.checkpoint_every_minutes else None)
         self.profile = Profile(workdir, config.train.profile_start * self.accum,
                                config.train.profile_steps * self.accum, enabled=self.is_chief)
         self.final: dict[str, Any] = {}
@@ -318,13 +320,31 @@ class Run:
                         self.tokenizer, self.eval_source)
                     self.dev_bleu = scores["bleu"]
                     self.writer.write("eval", self.step // self.accum, scores)
-                if self._due(t.checkpoint_every):
+                if self._checkpoint_due():
                     self._save()
         except Exception:
             self.close()  # the checkpoint in flight is finished first
             raise
         self.ckpts.wait()
         return True
+
+    def _checkpoint_due(self) -> bool:
+        """Every train.checkpoint_every steps or, with train.checkpoint_every_minutes, when
+        that many minutes passed since the last checkpoint; and at the last step."""
+        clock = self.checkpoint_clock
+        if clock is None or self.step == self.total_steps:
+            return self._due(self.config.train.checkpoint_every)
+        if self.step % self.accum:
+            return False  # within an accumulated step
+        if jax.process_count() == 1:
+            return clock.due()
+        # Every process must save the same step, and their clocks differ: process 0 decides,
+        # at log steps only, so the broadcast does not stall every step.
+        if not self._due(self.config.train.log_every):
+            return False
+        from jax.experimental import multihost_utils
+
+        return bool(multihost_utils.broadcast_one_to_all(np.asarray(clock.due())))
 
     def _train_step(self) -> None:
         self.profile.before(self.step)
@@ -371,23 +391,24 @@ class Run:
         self.ckpts.save(self.step, self.executor.host_state(self.state), self.data.iterator,
                         meta, force=True)
         self.saved_step = self.step
+        if self.checkpoint_clock is not None:
+            self.checkpoint_clock.restart()
 
     def close(self) -> None:
         self.writer.close()
         self.ckpts.close()
 
     def finish(self) -> dict[str, Any]:
-        """The end of a finished run: test BLEU and samples, final_metrics.json, pictures."""
+        """The end of a finished run: the test split decoded with the averaged model (both
+        BLEUs, its hypotheses and references under eval/), samples, final_metrics.json,
+        pictures."""
         c, step = self.config, self.total_steps // self.accum
-        params = self.executor.params(self.state)
-        final = dict(self.final)
+        params, averaged = self._final_params()
+        final = {**self.final, "averaged_steps": averaged}
         if c.train.bleu_sentences or c.train.samples:
             final.update(_final_translations(c, self.model_config, params, self.tokenizer,
-                                             self.writer, step))
-        hypotheses = final.pop("hypotheses", None)
+                                             self.writer, step, self.workdir, self.is_chief))
         if self.is_chief:
-            if hypotheses is not None:
-                final.update(_write_translations(self.workdir, *hypotheses))
             faults.write_text_atomically(self.workdir / "final_metrics.json",
                                          json.dumps({"step": step, **final}, indent=2))
             self.writer.hparams(_hparams(c, self.workdir),
@@ -398,6 +419,36 @@ class Run:
             visualize.write_run_pictures(c, self.model_config, params, self.tokenizer,
                                          self.workdir)
         return final
+
+    def _final_params(self) -> tuple[Any, list[int]]:
+        """(parameters to evaluate, the checkpoint steps averaged into them): the mean of the
+        last config_lib.checkpoints_to_average checkpoints, as the paper evaluates; with one,
+        the trained state's own parameters (those of the last checkpoint)."""
+        wanted = config_lib.checkpoints_to_average(self.config)
+        if wanted == 1:
+            return self.executor.params(self.state), [self.saved_step]
+        params, steps, notes = self.ckpts.average_last(
+            params_lib.param_shapes(self.model_config), wanted)
+        logging.info("evaluating the mean of checkpoints %s", ", ".join(map(str, steps)))
+        for note in notes:
+            logging.warning("warning: %s", note)
+        return params, steps
+
+
+class CheckpointClock:
+    """Whether ``minutes`` of wall-clock time passed since the last checkpoint (or the
+    start): train.checkpoint_every_minutes, the paper's 10-minute interval."""
+
+    def __init__(self, minutes: float, clock: Callable[[], float] | None = None):
+        self.seconds = minutes * 60.0
+        self.clock = clock or time.monotonic
+        self.last = self.clock()
+
+    def due(self) -> bool:
+        return self.clock() - self.last >= self.seconds
+
+    def restart(self) -> None:
+        self.last = self.clock()
 
 
 class MfuMeter:
@@ -534,45 +585,46 @@ def _validation_bleu(config: ml_collections.ConfigDict, model_config: Transforme
     return {"bleu": evaluate.bleu(hyps, [t for _, t in pairs])[0]}
 
 
+# The end-of-training test hypotheses and their references, one sentence a line (relative to
+# the workdir): for significance tests between runs.
+FINAL_HYPOTHESES = "eval/test-final.hyp.txt"
+FINAL_REFERENCES = "eval/test-final.ref.txt"
+
+
 def _final_translations(config: ml_collections.ConfigDict, model_config: TransformerConfig,
                         params: Any, tokenizer: tokenizer_lib.Tokenizer, writer: MetricWriter,
-                        step: int) -> dict[str, Any]:
-    """Decodes the first sentences of the test split: BLEU and a few samples."""
+                        step: int, workdir: Path, is_chief: bool = True) -> dict[str, Any]:
+    """Decodes the first sentences of the test split: both BLEUs, the hypotheses and
+    references written to FINAL_HYPOTHESES and FINAL_REFERENCES, and a few samples."""
     test = sources.get_source(config.data, "test")
     n = min(max(config.train.bleu_sentences, config.train.samples), len(test))
     pairs = [test[i] for i in range(n)]
     start = time.time()
     decoding = decode.DecodeConfig.from_config(config.decode)
     hyps = evaluate.translate(params, model_config, tokenizer, [s for s, _ in pairs], decoding)
+    refs = [t for _, t in pairs]
     result: dict[str, Any] = {}
     if config.train.bleu_sentences:
-        score, signature = evaluate.bleu(hyps, [t for _, t in pairs])
-        result = {"test_bleu": score, "bleu_signature": signature, "bleu_sentences": n,
-                  "hypotheses": (hyps[: config.train.bleu_sentences],
-                                 [t for _, t in pairs[: config.train.bleu_sentences]])}
-        writer.write("test", step, {"bleu": score})
-        logging.info("test BLEU %.2f on %d sentences (%s, %.1fs)  %s", score, n,
+        score, signature = evaluate.bleu(hyps, refs)
+        tokenized, tokenized_signature = evaluate.tokenized_bleu(hyps, refs,
+                                                                 config.data.target_lang)
+        result = {"test_bleu": score, "bleu_signature": signature,
+                  "test_bleu_tokenized": tokenized,
+                  "bleu_tokenized_signature": tokenized_signature, "bleu_sentences": n,
+                  "test_hypotheses": FINAL_HYPOTHESES, "test_references": FINAL_REFERENCES}
+        if is_chief:
+            (workdir / "eval").mkdir(exist_ok=True)
+            for name, lines in ((FINAL_HYPOTHESES, hyps), (FINAL_REFERENCES, refs)):
+                faults.write_text_atomically(workdir / name, "".join(
+                    line.replace("\n", " ") + "\n" for line in lines))
+        writer.write("test", step, {"bleu": score, "bleu_tokenized": tokenized})
+        logging.info("test BLEU %.2f (tokenized, compound-split: %.2f) on %d sentences (%s, "
+                     "%.1fs)  %s", score, tokenized, n,
                      evaluate.describe(dataclasses.asdict(decoding)), time.time() - start,
                      signature)
     for (src, ref), hyp in list(zip(pairs, hyps, strict=True))[: config.train.samples]:
         writer.sample(src, ref, hyp)
     return result
-
-
-# Where the end of training writes the test split's translations and their references (one
-# sentence a line, in the test split's order): what compare's significance tests read.
-TEST_HYPOTHESES = "eval/test-final.hyp.txt"
-TEST_REFERENCES = "eval/test-final.ref.txt"
-
-
-def _write_translations(workdir: Path, hyps: list[str], refs: list[str]) -> dict[str, str]:
-    """Writes the end-of-training test translations and references; returns their paths
-    relative to the workdir, for final_metrics.json."""
-    (workdir / "eval").mkdir(parents=True, exist_ok=True)
-    for name, lines in [(TEST_HYPOTHESES, hyps), (TEST_REFERENCES, refs)]:
-        text = "".join(line.replace("\n", " ") + "\n" for line in lines)
-        faults.write_text_atomically(workdir / name, text)
-    return {"test_hypotheses": TEST_HYPOTHESES, "test_references": TEST_REFERENCES}
 
 
 def _hparams(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:

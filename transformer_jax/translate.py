@@ -1,18 +1,21 @@
 """Translate sentences with a trained model: the command-line entry point.
 
     python -m transformer_jax.translate --workdir=runs/base [--input=src.txt] \
-        [--output=out.txt] [--average=5] [--config.decode.strategy=greedy ...]
+        [--output=out.txt] [--average=N] [--config.decode.strategy=greedy ...]
 
 Reads one source sentence per line from ``--input`` (default: stdin) and writes one
 translation per line, in input order, to ``--output`` (default: stdout). Empty or
 whitespace-only lines give empty lines. Decoding follows the ``decode`` section of the
 workdir's config (the paper's beam search by default), which ``--config.decode.FIELD=VALUE``
-overrides. Progress goes to stderr.
+overrides. The parameters are averaged over the run's last checkpoints as ``evaluate`` does
+(the config's number, 5 for base and 20 for big; ``--average=1``: the latest alone). Progress,
+the checkpoints averaged and any warning about them go to stderr.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,6 +73,8 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
             raise FileNotFoundError(f"--output={output}: no directory "
                                     f"{Path(output).absolute().parent}")
         loaded = evaluate.load_workdir(workdir, config, flags_["average"].value)
+        for note in loaded.notes:
+            logging.warning("warning: %s", note)
         decoding = decode.DecodeConfig.from_config(config.decode)
         with tqdm(total=len(sentences), desc="translating", unit=" sentences",
                   file=sys.stderr) as bar:
@@ -88,6 +93,8 @@ if __name__ == "__main__":
         "input": flags.DEFINE_string("input", "-", "Source sentences, one per line; - is "
                                      "stdin."),
         "output": flags.DEFINE_string("output", "-", "Where the translations go; - is stdout."),
-        "average": flags.DEFINE_integer("average", 1, "Average the parameters of the last N "
-                                        "checkpoints.", lower_bound=1),
+        "average": flags.DEFINE_integer(
+            "average", None, "Average the parameters of the last N checkpoints; 1: the latest "
+            "alone. Default: the run's train.average_checkpoints (0: train.keep_checkpoints), "
+            "or all the workdir holds if fewer.", lower_bound=1),
     }))

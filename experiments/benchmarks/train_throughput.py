@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax import config as config_lib, hardware, params, train
+from transformer_jax import config as config_lib, hardware, parallel, params, train
 from transformer_jax.model import TransformerConfig
 
 SIZES = {  # name -> (variant, vocabulary, max_len, CPU tokens per step, accelerator tokens)
@@ -74,8 +74,16 @@ def build_config(name: str, kind: str, dtype: str, on_cpu: bool):
 def measure(name: str, kind: str, dtype: str, steps: int, tokens: int | None) -> dict:
     on_cpu = jax.devices()[0].platform == "cpu"
     config, vocab, max_len, default_tokens = build_config(name, kind, dtype, on_cpu)
-    tokens = tokens or default_tokens
-    devices = jax.local_device_count()
+    return {"config": name, "parallel": kind, "dtype": dtype,
+            **measure_config(config, vocab, tokens or default_tokens, steps)}
+
+
+def measure_config(config, vocab: int, tokens: int, steps: int) -> dict:
+    """Times ``steps`` train steps of ``config`` (model, dtype, parallel kind; sequences of
+    ``config.data.max_len``; ``config.train.devices`` local devices, 0: all) on synthetic
+    batches of about ``tokens`` target tokens."""
+    max_len = config.data.max_len
+    devices = len(parallel.local_devices(config.train.devices))
     rows = max(tokens // max_len // devices, 1) * devices
     model_config = TransformerConfig.from_config(config.model, vocab)
     state = train.create_train_state(config, model_config, jax.random.key(0))
@@ -96,10 +104,10 @@ def measure(name: str, kind: str, dtype: str, steps: int, tokens: int | None) ->
     step_s = (time.perf_counter() - start) / steps
     target_tokens = rows * max_len
     flops = params.train_flops_per_token(model_config, max_len) * target_tokens
-    return {"config": name, "parallel": kind, "dtype": dtype, "devices": devices,
-            "rows": rows, "max_len": max_len, "tokens_per_step": target_tokens,
-            "step_s": step_s, "tokens_per_s": target_tokens / step_s,
-            "flops_per_step": flops, "compile_s": compile_s}
+    return {"devices": devices, "rows": rows, "max_len": max_len,
+            "tokens_per_step": target_tokens, "step_s": step_s,
+            "tokens_per_s": target_tokens / step_s, "flops_per_step": flops,
+            "compile_s": compile_s}
 
 
 def main() -> None:
