@@ -227,3 +227,104 @@ def test_bad_values_are_refused_before_anything_is_compiled(tmp_path):
                                           ">= 1$"):
         train.train_and_evaluate(c, tmp_path / "run")
     assert not (tmp_path / "run").exists()  # not even the workdir was made
+
+
+# ----------------------------------------------------------------------------------------
+# One home for experiment definitions: variants, datasets and scales are data
+
+
+def test_no_code_branches_on_a_variants_name():
+    package = ROOT / "transformer_jax"
+    for path in [*package.rglob("*.py"), *(ROOT / "configs").glob("*.py")]:
+        text = path.read_text()
+        assert not re.search(r"variant\s*(==|!=|in)\s*[\"'(\[]", text), path
+        assert "_TRAIN_KEYS" not in text, path
+
+
+def test_variants_are_dotted_overrides_of_any_section():
+    assert config_lib.VARIANTS["D_ls0"].overrides == {"train.label_smoothing": 0.0}
+    big = config_lib.VARIANTS["big"]
+    assert big.overrides["train.num_steps"] == 300_000
+    assert big.overrides["train.keep_checkpoints"] == 20
+    assert big.datasets == {"wmt14_enfr": {"model.dropout_rate": 0.1}}
+    for name, v in config_lib.VARIANTS.items():
+        assert (v.row == "") == (name in ("base", "big")), name
+        assert not v.row or v.quantity in config_lib.QUANTITIES, name
+
+
+def test_the_papers_figures_cover_exactly_the_tables_variants():
+    from transformer_jax import paper
+    assert list(paper.TABLE3) == list(config_lib.VARIANTS)
+    # Each row's published figures belong to variants of that row.
+    for name, (_, variants) in config_lib.table3_rows().items():
+        assert "base" in variants and all(v in paper.TABLE3 for v in variants), name
+
+
+def test_row_sweeps_are_derived_from_the_table():
+    rows = config_lib.table3_rows()
+    assert rows["A"] == ("h", ["A_h1", "A_h4", "base", "A_h16", "A_h32"])
+    assert rows["B"] == ("d_k", ["B_dk16", "B_dk32", "base"])
+    assert rows["C_N"] == ("N", ["C_N2", "C_N4", "base", "C_N8"])
+    assert rows["D_ls"] == ("eps_ls", ["D_ls0", "base", "D_ls02"])
+    assert rows["E"] == ("positions", ["base", "E_learned"])
+    assert sorted(rows) == ["A", "B", "C_N", "C_d", "C_ff", "D_drop", "D_ls", "E"]
+
+
+def test_the_variant_lists_of_the_docs_are_the_tables():
+    listed = ", ".join(config_lib.VARIANTS)
+    readme = (ROOT / "README.md").read_text()
+    assert f"`{listed}`" in readme
+    doc = re.sub(r"\s+", " ", (ROOT / "configs" / "table3.py").read_text())
+    named = re.findall(r"\b(base|big|[A-E]_\w+)\b", doc.split("Variants:", 1)[1].split(".")[0])
+    assert list(dict.fromkeys(named)) == list(config_lib.VARIANTS)
+
+
+def test_scales_are_data_used_by_the_demo_and_by_sweeps():
+    demo = config_lib.build("base", "builtin", "demo")
+    assert (demo.model.num_layers, demo.model.d_model, demo.model.d_ff) == (3, 128, 512)
+    assert (demo.train.num_steps, demo.data.vocab_size, demo.scale) == (450, 1000, "demo")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("demo_config", ROOT / "configs" / "demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    mine = module.get_config()
+    differs = {k for k, v in mine.model.to_dict().items() if demo.model[k] != v}
+    assert differs == {"num_heads"}  # the demo's own choice: 4 heads
+    big = config_lib.build("big", "builtin", "demo")
+    assert (big.model.d_model, big.model.d_ff, big.train.num_steps) == (256, 1024, 1350)
+    assert "demo.py" not in (ROOT / "transformer_jax" / "sweep.py").read_text()
+
+
+def test_big_on_en_fr_gets_the_papers_en_fr_settings_from_the_command_line():
+    big = config_lib.apply_overrides(config_lib.build("big"), {"data.name": "wmt14_enfr"})
+    assert (big.model.dropout_rate, big.data.vocab_size, big.data.target_lang) == (0.1, 32000,
+                                                                                  "fr")
+    assert big.to_dict() == config_lib.build("big", "wmt14_enfr").to_dict()
+    # Fields set on the same command line win; back to EN-DE restores big's own P_drop.
+    mine = config_lib.apply_overrides(config_lib.build("big"), {
+        "data.name": "wmt14_enfr", "data.vocab_size": 16000})
+    assert (mine.data.vocab_size, mine.model.dropout_rate) == (16000, 0.1)
+    back = config_lib.apply_overrides(mine, {"data.name": "wmt14_ende"})
+    assert (back.model.dropout_rate, back.data.target_lang, back.data.vocab_size) == (
+        0.3, "de", 16000)
+    args = ["-m", "transformer_jax.params", "--config=configs/big.py",
+            "--config.data.name=wmt14_enfr"]
+    enfr = subprocess.run([sys.executable, "-m", "transformer_jax.params",
+                           "--config=configs/wmt14_enfr.py:big"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    switched = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300)
+    assert switched.returncode == enfr.returncode == 0, switched.stderr[-500:]
+    # The same model, vocabulary 32,000 included: the same parameter count.
+    assert switched.stdout == enfr.stdout
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"model.colour": 1}, "--config: unknown config field model.colour"),
+    ({"optim": 1}, "--config: unknown config field optim"),
+    ({"model.d_model": "big"}, "--config: model.d_model='big'"),
+    ({"data.name": "wmt19"}, "--config: data.name='wmt19' is not one of builtin"),
+])
+def test_override_errors_name_the_field(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        config_lib.apply_overrides(config_lib.build("base"), overrides)

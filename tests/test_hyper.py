@@ -104,5 +104,5 @@ def test_seeds_reach_initialisation_and_data_order():
 
 
 def test_seeds_twice_are_refused():
-    with pytest.raises(UserError, match="sweeps its seeds already"):
+    with pytest.raises(UserError, match="--grid sweep seeds already"):
         sweep_lib.load_experiment("configs/table3.py:base", ["seed=0,1"], 3)

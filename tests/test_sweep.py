@@ -289,3 +289,48 @@ def test_a_workdir_of_another_architecture_is_not_resumed(tmp_path):
                                         r"config: model.d_model: 256 in the workdir, 512 asked; "
                                         r"use another --root"):
         sweep_lib.run_sweep(sweep, str(tmp_path), "print")
+
+
+def test_status_of_finished_failed_running_and_unstarted_points(tmp_path, capsys):
+    sweep = sweep_lib.load_experiment(str(HEADS), seeds=2)
+    names = [p.name for p in sweep.points()]
+    assert names[:3] == ["A_h1,seed=0", "A_h1,seed=1", "A_h4,seed=0"]
+    logs = {"split": "train", "loss": 2.5, "tokens_per_s": 3000.0, "steps_per_s": 0.5}
+    finished, failed, running = (tmp_path / n for n in names[:3])
+    for workdir, step in [(finished, 450), (failed, 150), (running, 300)]:
+        workdir.mkdir()
+        (workdir / "metrics.jsonl").write_text(json.dumps({**logs, "step": step}) + "\n")
+    (finished / "final_metrics.json").write_text(json.dumps({"step": 450}))
+    workdirs.record_attempt(finished, {"point": names[0]}, {"wall_s": 600.0, "returncode": 0})
+    workdirs.record_attempt(failed, {"point": names[1]}, {"wall_s": 10.0, "returncode": 2})
+    (failed / "train.log").write_text("12:00:01 model: ...\nerror: data.train_files: "
+                                      "no such file x.tsv\n")
+    with workdirs.Hold(running):  # this process holds it, as a training run would
+        lines = sweep_lib.status_lines(sweep, str(tmp_path), "demo", squeue=None)
+    assert len(lines) == len(names) + 1
+    assert lines[0].split()[:4] == ["A_h1,seed=0", "finished", "step", "450/450"]
+    assert lines[1].split()[:2] == ["A_h1,seed=1", "failed"]
+    assert lines[1].endswith("error: data.train_files: no such file x.tsv")
+    # Running: 150 steps left at 0.5 steps/s is 5 minutes.
+    assert lines[2].split()[:4] == ["A_h4,seed=0", "running", "step", "300/450"]
+    assert "loss 2.500" in lines[2] and "3,000 tokens/s" in lines[2] and "~5 min left" in lines[2]
+    assert all(" not started" in line for line in lines[3:-1])
+    # Totals: 8 points not started or failed at the finished one's 10 minutes, plus 5 minutes.
+    assert lines[-1] == ("10 points: 1 finished, 1 failed, 1 running, 7 not started; about "
+                         "85 min of training left, one point at a time (points not running "
+                         "counted at the finished points' mean)")
+    # Without the hold the same point has stopped.
+    assert sweep_lib.status_lines(sweep, str(tmp_path), "demo", squeue=None)[2].split()[1] == \
+        "stopped"
+
+
+def test_sweep_json_records_each_points_setting_and_seeds(tmp_path):
+    sweep = sweep_lib.load_experiment(str(HEADS), seeds=3)
+    sweep_lib.run_sweep(sweep, str(tmp_path), "print", "demo")
+    definition = json.loads((tmp_path / "sweep.json").read_text())
+    assert definition["swept"] == ["variant", "seed"] and definition["parameter"] == "h"
+    points = definition["points"]
+    assert len(points) == 15
+    assert points[4]["name"] == "A_h4,seed=1" and points[4]["setting"] == "A_h4"
+    assert points[4]["seeds"] == {"train.seed": 1, "data.shuffle_seed": 1}
+    assert points[4]["value"] == 4 and points[4]["config"]["train"]["seed"] == 1

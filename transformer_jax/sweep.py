@@ -140,15 +140,17 @@ def load_experiment(spec: str, grid: Sequence[str] = (), seeds: int = 0) -> Swee
         if options:
             raise UserError(f"{spec}: give the variant alone (dataset and scale come from "
                             "--config.data.name and --scale)")
-        name = Path(path).stem + ("" if variant == "base" and not arg else f"_{variant}")
+        name = f"{Path(path).stem}_{variant}"
         sweep = Sweep(name=name, config=path, grid=[{hyper.VARIANT: variant}],
                       description=f"{path}:{variant}", variant=variant)
     else:
         raise UserError(f"{path}: an experiment file defines get_sweep(arg) -> Sweep, a config "
                         "file get_config(arg)")
-    axes = [parse_grid(g) for g in grid] + ([hyper.seeds(seeds)] if seeds else [])
-    if seeds and any(f in hyper.SEED_LIKE for p in sweep.grid for f in p):
-        raise UserError(f"--seeds={seeds}: {spec} sweeps its seeds already")
+    axes = [parse_grid(g) for g in grid]
+    if seeds and any(f in hyper.SEED_LIKE for axis in [sweep.grid, *axes] for p in axis
+                     for f in p):
+        raise UserError(f"--seeds={seeds}: {spec} and its --grid sweep seeds already")
+    axes += [hyper.seeds(seeds)] if seeds else []
     if axes:
         sweep = dataclasses.replace(sweep, grid=hyper.product([sweep.grid, *axes]))
     sweep.points()  # names unique
