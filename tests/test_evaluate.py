@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from transformer_jax import cli, config as config_lib, decode, evaluate, logs, train
+from transformer_jax import cli, config as config_lib, decode, evaluate, train, workdirs
 from transformer_jax.data import pipeline, sources
 from transformer_jax.errors import UserError
 from transformer_jax.model import TransformerConfig
@@ -196,10 +196,8 @@ def test_evaluate_command(workdir):
 
 
 def test_training_logs_validation_bleu(workdir):
-    bleu = {}
-    for record in logs.read_metrics(workdir):
-        if record["split"] == "eval" and "bleu" in record:
-            bleu[record["step"]] = record["bleu"]
+    evals = workdirs.read_metrics(workdir)["eval"]
+    bleu = {step: record["bleu"] for step, record in evals.items() if "bleu" in record}
     assert sorted(bleu) == [10, 20, 30]  # train.bleu_every = 10
     assert all(0.0 <= b <= 100.0 for b in bleu.values())
     final = json.loads((workdir / "final_metrics.json").read_text())
