@@ -242,9 +242,8 @@ class MultiHeadAttention(nn.Module):
             kernel = "dense"
         if kernel == "dense":
             mask = attention.make_mask(segment_ids, kv_segment_ids, causal=causal,
-                                       q_offset=q_offset)
-            if local:
-                mask = mask & attention.band_mask(q_len, k.shape[1], cfg.local_window, q_offset)
+                                       q_offset=q_offset,
+                                       window=cfg.local_window if local else None)
             dropout_rng = None
             if not cfg.deterministic and cfg.attention_dropout_rate > 0:
                 dropout_rng = self.make_rng("dropout")
