@@ -1,5 +1,6 @@
 """Evaluation: BLEU two ways, perplexity, translate(), and the evaluate command end to end."""
 
+import functools
 import json
 import math
 import subprocess
@@ -91,7 +92,8 @@ def test_split_perplexity_agrees_with_the_training_loop():
     run.train.devices = 2  # the training loop's pmapped evaluation over two devices
     state = train.create_train_state(run, config, jax.random.key(0)).replace(params=params)
     executor = train.make_executor(run, config, state)
-    theirs = train.evaluate_loss(executor, executor.place(state), batches)
+    theirs = evaluate.loss_over_batches(
+        functools.partial(executor.evaluate, executor.place(state)), batches)
     assert ours["tokens"] == theirs["tokens"] == 2 * 4 * 14
     assert ours["perplexity"] == pytest.approx(theirs["perplexity"], rel=1e-5)
 
