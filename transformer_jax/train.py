@@ -40,6 +40,7 @@ from transformer_jax.data import pipeline, sources, tokenizer as tokenizer_lib
 from transformer_jax.logs import MetricWriter
 from transformer_jax.losses import batch_sums, label_smoothed_cross_entropy, model_inputs
 from transformer_jax.model import Transformer, TransformerConfig
+from transformer_jax.params import init_params
 
 # ----------------------------------------------------------------------------------------
 # Optimizer, schedule and loss
@@ -60,11 +61,16 @@ def learning_rate_schedule(d_model: int, warmup_steps: int,
     return schedule
 
 
+def schedule_of(optim: ml_collections.ConfigDict, d_model: int) -> Callable[[Any], Any]:
+    """The schedule ``optim`` asks for (warmup steps, scale): the optimizer follows it and the
+    train step logs it."""
+    return learning_rate_schedule(d_model, optim.warmup_steps, optim.lr_scale)
+
+
 def make_optimizer(optim: ml_collections.ConfigDict,
                    d_model: int) -> optax.GradientTransformation:
     """Adam(beta1, beta2, eps) with the warmup schedule; gradient accumulation if asked."""
-    schedule = learning_rate_schedule(d_model, optim.warmup_steps, optim.lr_scale)
-    tx = optax.adam(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps)
+    tx = optax.adam(schedule_of(optim, d_model), b1=optim.b1, b2=optim.b2, eps=optim.eps)
     if optim.grad_accum_steps > 1:
         tx = optax.MultiSteps(tx, every_k_schedule=optim.grad_accum_steps)
     return tx
@@ -134,12 +140,6 @@ def eval_step(params: Any, batch: dict[str, jax.Array], *, model: Transformer,
         batch_sums(params, batch, model=model, label_smoothing=label_smoothing))
 
 
-def init_params(model_config: TransformerConfig, key: jax.Array) -> Any:
-    """Initial parameters (a [1, 1] dummy batch fixes every shape but the batch)."""
-    dummy = jnp.ones((1, 1), jnp.int32)
-    return Transformer(model_config.replace(deterministic=True)).init(key, dummy, dummy)["params"]
-
-
 def create_train_state(config: ml_collections.ConfigDict, model_config: TransformerConfig,
                        key: jax.Array) -> TrainState:
     tx = make_optimizer(config.optim, model_config.d_model)
@@ -151,11 +151,9 @@ def make_executor(config: ml_collections.ConfigDict, model_config: TransformerCo
                   abstract_state: Any) -> parallel.PmapExecutor | parallel.ShardedExecutor:
     """The train and eval steps, compiled for ``config.train.parallel`` ("pmap" or
     "sharded")."""
-    schedule = learning_rate_schedule(model_config.d_model, config.optim.warmup_steps,
-                                      config.optim.lr_scale)
     train_fn = functools.partial(train_step, model=Transformer(model_config),
                                  label_smoothing=config.train.label_smoothing,
-                                 schedule=schedule,
+                                 schedule=schedule_of(config.optim, model_config.d_model),
                                  grad_accum_steps=config.optim.grad_accum_steps)
     eval_fn = functools.partial(eval_step,
                                 model=Transformer(model_config.replace(deterministic=True)),
