@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # the configs/ directory
+if str(ROOT) not in sys.path:  # run as a script, configs/ is not importable otherwise
+    sys.path.insert(0, str(ROOT))
 
 from configs import demo as demo_config  # noqa: E402
 from transformer_jax import (  # noqa: E402
