@@ -28,6 +28,8 @@ from transformer_jax import attention, config as config_lib
 from transformer_jax.dropout import Dropout
 
 Array = jax.Array
+# LayerNorm's epsilon: the paper gives none; 1e-6 is tensor2tensor's (and flax's default).
+LAYER_NORM_EPSILON = 1e-6
 
 
 # Every default below is the paper's base model as the config states it (one source).
@@ -333,7 +335,7 @@ class AddNorm(nn.Module):
     @nn.compact
     def __call__(self, x: Array, sublayer: Any) -> Array:
         cfg = self.config
-        norm = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name="norm")
+        norm = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=cfg.dtype, name="norm")
         dropout = Dropout(cfg.dropout_rate, cfg.dropout_impl)
         if cfg.norm == "pre":
             return x + dropout(sublayer(norm(x)), deterministic=cfg.deterministic)
@@ -379,7 +381,7 @@ class Encoder(nn.Module):
         for i in range(cfg.num_layers):
             x = layer(cfg, name=f"layer_{i}")(x, segment_ids)
         if cfg.norm == "pre":
-            x = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name="final_norm")(x)
+            x = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=cfg.dtype, name="final_norm")(x)
         return x
 
 
@@ -397,7 +399,7 @@ class Decoder(nn.Module):
         for i in range(cfg.num_layers):
             y = layer(cfg, name=f"layer_{i}")(y, segment_ids, encoded, encoded_segment_ids)
         if cfg.norm == "pre":
-            y = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name="final_norm")(y)
+            y = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=cfg.dtype, name="final_norm")(y)
         return y
 
 

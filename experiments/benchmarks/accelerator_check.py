@@ -54,6 +54,7 @@ from transformer_jax import (  # noqa: E402
     config as config_lib,
     decode,
     hardware,
+    paper,
     train,
 )
 from transformer_jax.model import TransformerConfig  # noqa: E402
@@ -205,7 +206,7 @@ def decoding(tiny: bool) -> dict[str, Any]:
     """Cached greedy and beam-4 tokens/s of the base model (random weights)."""
     batch, source, length = (2, 8, 15) if tiny else (8, 32, 63)
     c = config_lib.build("base")
-    vocab = 37000
+    vocab = paper.VOCAB_SIZE_EN_DE
     if tiny:
         c.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4)
         vocab = 64
