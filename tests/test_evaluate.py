@@ -1,5 +1,6 @@
 """Evaluation: BLEU two ways, perplexity, translate(), and the evaluate command end to end."""
 
+import functools
 import json
 import math
 import subprocess
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 import sacrebleu
 
-from transformer_jax import cli, config as config_lib, decode, evaluate, logs, train
+from transformer_jax import cli, config as config_lib, decode, evaluate, train, workdirs
 from transformer_jax.data import pipeline, sources
 from transformer_jax.errors import UserError
 from transformer_jax.model import TransformerConfig
@@ -91,7 +92,8 @@ def test_split_perplexity_agrees_with_the_training_loop():
     run.train.devices = 2  # the training loop's pmapped evaluation over two devices
     state = train.create_train_state(run, config, jax.random.key(0)).replace(params=params)
     executor = train.make_executor(run, config, state)
-    theirs = train.evaluate_loss(executor, executor.place(state), batches)
+    theirs = evaluate.loss_over_batches(
+        functools.partial(executor.evaluate, executor.place(state)), batches)
     assert ours["tokens"] == theirs["tokens"] == 2 * 4 * 14
     assert ours["perplexity"] == pytest.approx(theirs["perplexity"], rel=1e-5)
 
@@ -196,10 +198,8 @@ def test_evaluate_command(workdir):
 
 
 def test_training_logs_validation_bleu(workdir):
-    bleu = {}
-    for record in logs.read_metrics(workdir):
-        if record["split"] == "eval" and "bleu" in record:
-            bleu[record["step"]] = record["bleu"]
+    evals = workdirs.read_metrics(workdir)["eval"]
+    bleu = {step: record["bleu"] for step, record in evals.items() if "bleu" in record}
     assert sorted(bleu) == [10, 20, 30]  # train.bleu_every = 10
     assert all(0.0 <= b <= 100.0 for b in bleu.values())
     final = json.loads((workdir / "final_metrics.json").read_text())

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 
-from transformer_jax import checkpoints, config as config_lib, faults, logs, parallel, train
+from transformer_jax import checkpoints, config as config_lib, faults, parallel, train, workdirs
 from transformer_jax.errors import TrainingStopped, UserError
 from transformer_jax.model import TransformerConfig
 
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def logged_losses(workdir):
     """Every train loss logged, in order, as (step, loss): a resumed run logs some twice."""
-    return [(r["step"], r["loss"]) for r in logs.read_metrics(workdir)
+    return [(r["step"], r["loss"]) for r in workdirs.read_metric_records(workdir)
             if r["split"] == "train" and "loss" in r]
 
 
@@ -153,7 +153,7 @@ def test_a_diverged_run_stops_after_k_non_finite_steps_and_saves_no_nan(tmp_path
                                               r"\(train.max_nonfinite_in_a_row=4\); the last "
                                               r"checkpoint is step 3$"):
         train.train_and_evaluate(config, tmp_path)
-    records = [r for r in logs.read_metrics(tmp_path) if r["split"] == "train"]
+    records = [r for r in workdirs.read_metric_records(tmp_path) if r["split"] == "train"]
     assert [r["nonfinite_steps"] for r in records] == [1, 2, 3]  # step 4 stops first
     assert not any("loss" in r for r in records)
     # Skipped steps change nothing, so every checkpoint holds the initial, finite state.
@@ -168,7 +168,8 @@ def test_a_diverged_run_stops_after_k_non_finite_steps_and_saves_no_nan(tmp_path
     # With train.nonfinite="skip" the same run goes on to the end.
     config.train.update(nonfinite="skip", num_steps=8)
     train.train_and_evaluate(config, tmp_path / "skip")
-    records = [r for r in logs.read_metrics(tmp_path / "skip") if r["split"] == "train"]
+    records = [r for r in workdirs.read_metric_records(tmp_path / "skip")
+               if r["split"] == "train"]
     assert [r["nonfinite_steps"] for r in records] == list(range(1, 9))
 
 

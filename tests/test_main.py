@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_jax import logs, train
+from transformer_jax import train, workdirs
 
 from .helpers import tiny_config
 
@@ -16,11 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def logged(workdir, split="train", key="loss"):
     """{step: value} from metrics.jsonl, the last line for a step winning."""
-    out = {}
-    for record in logs.read_metrics(workdir):
-        if record["split"] == split:
-            out[record["step"]] = record[key]
-    return out
+    return {step: record[key]
+            for step, record in workdirs.read_metrics(workdir).get(split, {}).items()}
 
 
 def test_short_run_lowers_the_loss(tmp_path, builtin_data_dir):

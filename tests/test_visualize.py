@@ -143,51 +143,6 @@ def test_positional_encoding_near_positions_score_higher():
         assert neighbour > sim[i][distance[i] >= 10].max()
 
 
-def test_quadratic_bill_of_the_base_model():
-    bill = visualize.quadratic_bill()
-    assert [r["n"] for r in bill] == [512 * 2 ** i for i in range(12)]
-    assert bill[-1]["n"] == 1_048_576
-    first, last = bill[0], bill[-1]
-    assert first["cells"] == 262_144 and first["head_bytes"] == 524_288  # 512 KiB
-    assert first["matrices"] == 96 and first["model_bytes"] == 96 * 524_288  # 48 MiB
-    assert first["layer_bytes"] == 8 * 524_288
-    assert last["head_bytes"] == 2 * 2 ** 40 and last["model_bytes"] == 192 * 2 ** 40
-    measured = {"heads": 8, "source": "a file", "machine": "m",
-                "results": [{"kind": "dense", "n": 1024, "pass": "forward",
-                             "peak_bytes": 3 * 2 ** 20, "error": None}]}
-    table = visualize.bill_table(bill, measured)
-    assert "| 512 | 262,144 | 512 KiB | 4 MiB | 48 MiB | - |" in table
-    assert "| 1,024 | 1,048,576 | 2 MiB | 16 MiB | 192 MiB | 3 MiB |" in table
-    assert "| 1,048,576 | 1,099,511,627,776 | 2 TiB | 16 TiB | 192 TiB | - |" in table
-
-
-def test_measured_memory_of_the_dense_kernel_grows_as_n_squared():
-    measured = visualize.measure_dense_attention([512, 1024], heads=8, d_k=64)
-    peak = {r["n"]: r["peak_bytes"] for r in measured["results"]}
-    for n in (512, 1024):  # the float32 weights [8, n, n] are materialised
-        assert peak[n] >= 8 * n * n * 4
-    assert 3.5 < peak[1024] / peak[512] <= 4.0
-
-
-def test_measured_memory_prefers_the_benchmark_file(tmp_path):
-    path = tmp_path / "attention_scaling.json"
-    path.write_text(json.dumps({
-        "machine": "1x GPU", "date": "2026-12-01", "backend": "gpu", "heads": 8, "d_k": 64,
-        "results": [{"kind": "dense", "n": 512, "pass": "forward", "time_s": 0.001,
-                     "peak_bytes": 12345, "error": None},
-                    {"kind": "dense", "n": 262144, "pass": "forward", "time_s": None,
-                     "peak_bytes": None, "error": "out of memory"}]}))
-    measured = visualize.measured_memory(path)
-    assert measured["source"] == str(path) and measured["machine"] == "1x GPU"
-    assert [r["n"] for r in measured["results"]] == [512]  # the failed length is dropped
-    path.write_text("{")
-    with pytest.raises(UserError, match="attention_scaling.json: line 1: not valid JSON"):
-        visualize.measured_memory(path)
-    path.write_text('{"results": []}')
-    with pytest.raises(UserError, match="not an attention-scaling result file: no field"):
-        visualize.measured_memory(path)
-
-
 @pytest.mark.slow
 def test_command_translates_and_writes_the_page(run, tmp_path):
     out = tmp_path / "pictures"

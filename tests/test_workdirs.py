@@ -32,6 +32,10 @@ def test_read_metrics_keeps_the_last_line_of_a_step(tmp_path):
                                      "tokens_per_s": 1000.0}}
     assert metrics["eval"][50] == {"split": "eval", "step": 50, "loss": 4.0,
                                    "perplexity": 40.0, "bleu": 12.5}
+    records = workdirs.read_metric_records(tmp_path)  # every whole line, in order
+    assert [(r["split"], r.get("loss")) for r in records] == [
+        ("train", 5.0), ("eval", 4.0), ("train", 4.5), ("eval", None)]
+    assert workdirs.read_metrics(tmp_path / "missing") == {}
 
 
 def _write(path, value):

@@ -38,20 +38,18 @@ MASK_VALUE = -1e10
 
 
 def make_mask(q_segment_ids: jax.Array, kv_segment_ids: jax.Array, causal: bool = False,
-              q_offset: jax.Array | int = 0) -> jax.Array:
+              q_offset: jax.Array | int = 0, window: int | None = None) -> jax.Array:
     """Boolean mask [b, 1, q, k]: True where query i may attend to key j.
 
     A query attends to keys of its own segment that are not padding (segment 0), and with
     ``causal`` only to keys at positions <= its own. ``q_offset`` is the position of the first
-    query (non-zero when decoding one token at a time against a cache).
+    query (non-zero when decoding one token at a time against a cache). With ``window`` r
+    (restricted, local self-attention) only keys with |query position - key position| <= r;
+    with ``causal`` too, each query keeps itself and the r keys before it.
     """
-    mask = (q_segment_ids[:, :, None] == kv_segment_ids[:, None, :]) & (
-        kv_segment_ids[:, None, :] != 0)
-    if causal:
-        q_pos = jnp.arange(q_segment_ids.shape[1])[:, None] + q_offset
-        k_pos = jnp.arange(kv_segment_ids.shape[1])[None, :]
-        mask = mask & (k_pos <= q_pos)
-    return mask[:, None]
+    q_pos = jnp.arange(q_segment_ids.shape[1]) + q_offset
+    k_pos = jnp.arange(kv_segment_ids.shape[1])
+    return _allowed(q_segment_ids, kv_segment_ids, q_pos, k_pos, causal, window)[:, None]
 
 
 def dot_product_attention(
@@ -79,11 +77,10 @@ def dot_product_attention(
     Returns:
       ([b, q, h, d_v] outputs, weights or None).
     """
-    b, q_len, h, d_k = q.shape
+    b, q_len, h, _ = q.shape
     h_kv = k.shape[2]
     group = h // h_kv
-    # Grouped queries share a key/value head: [b, q, h_kv, group, d].
-    qg = q.reshape(b, q_len, h_kv, group, d_k) * jnp.asarray(d_k ** -0.5, q.dtype)
+    qg = _scaled_groups(q, h_kv)
     logits = jnp.einsum("bqhgd,bkhd->bhgqk", qg, k, preferred_element_type=jnp.float32)
     if mask is not None:
         mask = jnp.broadcast_to(mask, (b, h, q_len, k.shape[1])).reshape(
@@ -109,22 +106,12 @@ def log_once(message: str, level: int = logging.INFO) -> None:
         logging.getLogger(__name__).log(level, message)
 
 
-def band_mask(q_len: int, kv_len: int, window: int, q_offset: jax.Array | int = 0) -> jax.Array:
-    """Boolean mask [1, 1, q, k]: True where |query position - key position| <= ``window``.
-
-    ``make_mask(...) & band_mask(...)`` is the mask of restricted (local) self-attention;
-    with a causal ``make_mask`` each query keeps itself and the ``window`` keys before it.
-    """
-    q_pos = jnp.arange(q_len)[:, None] + q_offset
-    k_pos = jnp.arange(kv_len)[None, :]
-    return (jnp.abs(q_pos - k_pos) <= window)[None, None]
-
-
 def _allowed(q_seg: jax.Array, kv_seg: jax.Array, q_pos: jax.Array, k_pos: jax.Array,
              causal: bool, window: int | None = None) -> jax.Array:
-    """The mask of :func:`make_mask` (and :func:`band_mask`) for one tile: [..., q, k].
+    """The mask of :func:`make_mask` for any block of queries and keys: [..., q, k].
 
-    Segment ids are [..., q] and [..., k]; positions broadcast against them.
+    Segment ids are [..., q] and [..., k]; positions broadcast against them. Every kernel
+    builds its mask here, the dense one whole and the others tile by tile.
     """
     allowed = (q_seg[..., :, None] == kv_seg[..., None, :]) & (kv_seg[..., None, :] != 0)
     if causal:
@@ -213,7 +200,8 @@ def _tile_logits(qs: jax.Array, k: jax.Array, q_seg: jax.Array, kv_seg: jax.Arra
 
 
 def _scaled_groups(q: jax.Array, h_kv: int) -> jax.Array:
-    """[b, q, h, d_k] -> [b, q, h_kv, g, d_k] times 1/sqrt(d_k), as the dense kernel scales."""
+    """[b, q, h, d_k] -> [b, q, h_kv, g, d_k] times 1/sqrt(d_k): the queries of every kernel,
+    grouped by the key/value head they share."""
     b, n, h, d_k = q.shape
     return q.reshape(b, n, h_kv, h // h_kv, d_k) * jnp.asarray(d_k ** -0.5, q.dtype)
 
@@ -342,7 +330,7 @@ def local_attention(
 
     The paper's Table 1, last row: O(r n d) work instead of O(n^2 d). With ``causal`` query i
     sees keys i - r .. i. Equal, on every real query, to :func:`dot_product_attention` with
-    ``make_mask(...) & band_mask(..., window)``. (A padding query, which sees nothing, spreads
+    ``make_mask(..., window=window)``. (A padding query, which sees nothing, spreads
     its weight over its neighbourhood rather than over every key.)
 
     Queries are cut into blocks of ``block_size`` (default: r); each block attends to its own

@@ -9,7 +9,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from absl import app, flags, logging as absl_logging
 from ml_collections import ConfigDict, config_flags
@@ -46,15 +46,11 @@ def define_overrides_flag() -> Any:
     """
     from transformer_jax import config as config_lib
 
-    try:
+    # An unknown field is found as the flag is defined.
+    with clean_errors((KeyError, AttributeError), lambda e: _one_line(e, sys.argv)):
         return config_flags.DEFINE_config_dict(
             "config", config_lib.base_config(),
             "Overrides of the workdir's config.json, e.g. --config.decode.beam_size=8.")
-    except (KeyError, AttributeError) as e:  # an unknown field, found as the flag is defined
-        if os.environ.get("TRANSFORMER_JAX_TRACEBACK"):
-            raise
-        print(f"error: {_one_line(e, sys.argv)}", file=sys.stderr)
-        sys.exit(2)
 
 
 def override_values(config_flag: Any) -> dict[str, Any]:
@@ -128,19 +124,26 @@ def setup_logging() -> None:
                         stream=sys.stderr, force=True)
 
 
+def fail(message: str) -> NoReturn:
+    """Ends the command with ``error: message`` on stderr and exit status 2 (bad input)."""
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 @contextlib.contextmanager
-def clean_errors() -> Iterator[None]:
-    """Turns a bad-input exception into one line on stderr and exit status 2.
+def clean_errors(errors: tuple[type[BaseException], ...] = USER_ERRORS,
+                 describe: Callable[[BaseException], str] = str) -> Iterator[None]:
+    """Turns one of ``errors`` (by default the bad-input ones) into one line on stderr,
+    ``describe(error)``, and exit status 2.
 
     Set TRANSFORMER_JAX_TRACEBACK=1 to see the full traceback instead.
     """
     try:
         yield
-    except USER_ERRORS as e:
+    except errors as e:
         if os.environ.get("TRANSFORMER_JAX_TRACEBACK"):
             raise
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        fail(describe(e))
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
@@ -150,15 +153,10 @@ def _parse_flags(argv: list[str]) -> list[str]:
         if arg.startswith("--config="):
             path = arg.split("=", 1)[1].split(":")[0]
             if not os.path.isfile(path):
-                print(f"error: --config: no config file {path}", file=sys.stderr)
-                sys.exit(2)
-    try:
+                fail(f"--config: no config file {path}")
+    # Any parse failure is bad input here.
+    with clean_errors((Exception,), lambda e: _one_line(e, argv)):
         return flags.FLAGS(argv)
-    except Exception as e:  # noqa: BLE001 -- any parse failure is bad input here
-        if os.environ.get("TRANSFORMER_JAX_TRACEBACK"):
-            raise
-        print(f"error: {_one_line(e, argv)}", file=sys.stderr)
-        sys.exit(2)
 
 
 def _one_line(e: BaseException, argv: list[str]) -> str:

@@ -26,12 +26,15 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from transformer_jax import config as config_lib
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.model import Transformer, TransformerConfig, segments_of
 
 Array = jax.Array
 StepFn = Callable[[Array, Any], tuple[Array, Any]]
 STRATEGIES = ("greedy", "beam", "sample")
+# The defaults of DecodeConfig: the paper's beam search, as the config states it.
+_DECODE = config_lib.base_config().decode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,15 +42,15 @@ class DecodeConfig:
     """How to decode (the ``decode`` section of an experiment config). Hashable, so it can
     be a static argument of a jitted function."""
 
-    strategy: str = "beam"
-    beam_size: int = 4
-    alpha: float = 0.6
-    max_len_offset: int = 50
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-    batch_size: int = 64
+    strategy: str = _DECODE.strategy
+    beam_size: int = _DECODE.beam_size
+    alpha: float = _DECODE.alpha
+    max_len_offset: int = _DECODE.max_len_offset
+    temperature: float = _DECODE.temperature
+    top_k: int = _DECODE.top_k
+    top_p: float = _DECODE.top_p
+    seed: int = _DECODE.seed
+    batch_size: int = _DECODE.batch_size
 
     @classmethod
     def from_config(cls, decode_config: Any) -> DecodeConfig:

@@ -136,23 +136,37 @@ def perplexity(nll_sum: float, tokens: float) -> float:
     return math.exp(nll_sum / max(tokens, 1.0))
 
 
+def loss_over_batches(batch_sums: Callable[[Any], dict[str, Any]],
+                      batches: Iterable[Any]) -> dict[str, float]:
+    """Loss and NLL per target token, perplexity and target tokens over ``batches``.
+
+    ``batch_sums(batch)`` gives one batch's summed loss, NLL and target tokens (``loss_sum``,
+    ``nll_sum``, ``tokens``): the training loop's validation and the evaluate command's
+    perplexity both reduce them here.
+    """
+    totals = {"loss_sum": 0.0, "nll_sum": 0.0, "tokens": 0.0}
+    for batch in batches:
+        sums = batch_sums(batch)
+        for k in totals:
+            totals[k] += float(sums[k])
+    n = max(totals["tokens"], 1.0)
+    return {"loss": totals["loss_sum"] / n, "nll": totals["nll_sum"] / n,
+            "perplexity": perplexity(totals["nll_sum"], n), "tokens": totals["tokens"]}
+
+
 @functools.partial(jax.jit, static_argnames="config")
 def _sums(params: Any, batch: dict[str, jax.Array], *,
           config: TransformerConfig) -> dict[str, jax.Array]:
-    """Summed NLL and target tokens of one packed batch: the training loop's eval step."""
+    """Summed loss (unsmoothed), NLL and target tokens of one packed batch."""
     model = Transformer(config.replace(deterministic=True, decode=False))
-    return losses.eval_step(params, batch, model=model, label_smoothing=0.0)
+    return losses.batch_sums(params, batch, model=model, label_smoothing=0.0)
 
 
 def split_perplexity(params: Any, config: TransformerConfig,
                      batches: Iterable[dict[str, np.ndarray]]) -> dict[str, float]:
-    """Perplexity of the model on packed batches (``pipeline.eval_batches``) of a split."""
-    nll_sum, tokens = 0.0, 0.0
-    for batch in batches:
-        sums = _sums(params, batch, config=config)
-        nll_sum, tokens = nll_sum + float(sums["nll_sum"]), tokens + float(sums["tokens"])
-    return {"perplexity": perplexity(nll_sum, tokens), "nll": nll_sum / max(tokens, 1.0),
-            "tokens": tokens}
+    """Perplexity (with NLL per token and target tokens) of the model on packed batches
+    (``pipeline.eval_batches``) of a split."""
+    return loss_over_batches(functools.partial(_sums, params, config=config), batches)
 
 
 # ----------------------------------------------------------------------------------------

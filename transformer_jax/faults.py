@@ -175,8 +175,13 @@ def check_workdir(workdir: Path, checkpoint_bytes: int, keep: int) -> None:
             "another --workdir")
 
 
-def write_text_atomically(path: Path, text: str) -> None:
+def write_bytes_atomically(path: Path, data: bytes) -> None:
     """Writes ``path`` whole or not at all (a temporary file renamed over it)."""
     temporary = path.with_name(f".{path.name}.partial")
-    temporary.write_text(text, encoding="utf-8")
+    temporary.write_bytes(data)
     os.replace(temporary, path)
+
+
+def write_text_atomically(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` as UTF-8, whole or not at all."""
+    write_bytes_atomically(path, text.encode("utf-8"))

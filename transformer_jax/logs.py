@@ -3,7 +3,7 @@
 ``metrics.jsonl`` has one JSON object per logged step and split (``{"split": "train",
 "step": 100, "loss": ...}``); a resumed run appends, so the last line for a step wins.
 A run killed while writing may leave a partial last line: the next run ends it before
-appending, and :func:`read_metrics` skips it. Only process 0 writes.
+appending, and ``workdirs.read_metrics`` skips it. Only process 0 writes.
 """
 
 from __future__ import annotations
@@ -40,21 +40,6 @@ def _open_for_appending(path: Path) -> Any:
     if ends_mid_line:
         handle.write("\n")
     return handle
-
-
-def read_metrics(workdir: str | Path) -> list[dict[str, Any]]:
-    """The records of ``<workdir>/metrics.jsonl`` in order; lines that are not whole JSON
-    objects (the partial line of a killed run) are skipped."""
-    records = []
-    for line in (Path(workdir) / "metrics.jsonl").read_text(encoding="utf-8",
-                                                             errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and "split" in record and "step" in record:
-            records.append(record)
-    return records
 
 
 class MetricWriter:

@@ -1,4 +1,4 @@
-"""The training objective: label-smoothed cross-entropy, and the sums evaluation needs.
+"""The training objective: label-smoothed cross-entropy, summed over a batch's tokens.
 
 Shared by training (train.py) and evaluation (evaluate.py), so the perplexity a run logs and
 the one the evaluate command reports come from one function.
@@ -6,8 +6,6 @@ the one the evaluate command reports come from one function.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -52,22 +50,11 @@ def model_inputs(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
     return {k: batch[k] for k in keys}
 
 
-def collectives(axis_name: str | None) -> tuple[Callable, Callable, int, Any]:
-    """(sum over devices, mean over devices, device count, device index); identities when the
-    step sees the global batch (jit over a mesh)."""
-    if axis_name is None:
-        return (lambda x: x), (lambda x: x), 1, 0
-    return (functools.partial(jax.lax.psum, axis_name=axis_name),
-            functools.partial(jax.lax.pmean, axis_name=axis_name),
-            jax.lax.psum(1, axis_name), jax.lax.axis_index(axis_name))
-
-
-def eval_step(params: Any, batch: dict[str, jax.Array], *, model: Transformer,
-              label_smoothing: float, axis_name: str | None = None) -> dict[str, jax.Array]:
-    """Summed loss, NLL and token count of one batch (over all devices)."""
-    psum = collectives(axis_name)[0]
+def batch_sums(params: Any, batch: dict[str, jax.Array], *, model: Transformer,
+               label_smoothing: float) -> dict[str, jax.Array]:
+    """Summed loss, NLL and target tokens of one batch (of the rows this device holds)."""
     weights = (batch["targets_segment_ids"] > 0).astype(jnp.float32)
     logits = model.apply({"params": params}, **model_inputs(batch))
     loss_sum, nll_sum = label_smoothed_cross_entropy(logits, batch["targets"], weights,
                                                      label_smoothing)
-    return psum({"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": jnp.sum(weights)})
+    return {"loss_sum": loss_sum, "nll_sum": nll_sum, "tokens": jnp.sum(weights)}

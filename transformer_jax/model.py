@@ -24,36 +24,42 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax import attention
+from transformer_jax import attention, config as config_lib
 from transformer_jax.dropout import Dropout
 
 Array = jax.Array
+# LayerNorm's epsilon: the paper gives none; 1e-6 is tensor2tensor's (and flax's default).
+LAYER_NORM_EPSILON = 1e-6
+
+
+# Every default below is the paper's base model as the config states it (one source).
+_BASE = config_lib.base_config().model
 
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-    """Static model hyperparameters, named as in the paper."""
+    """Static model hyperparameters, named as in the paper; defaults: the base model."""
 
     vocab_size: int
-    num_layers: int = 6
-    d_model: int = 512
-    d_ff: int = 2048
-    num_heads: int = 8
-    d_k: int = 64
-    d_v: int = 64
-    num_kv_heads: int = 0  # 0: one key/value head per query head (the paper's)
-    attention: str = "dense"  # the kernel: dense, blockwise, local or cudnn (attention.py)
-    block_size: int = 256  # the blockwise kernel's tile
-    local_window: int = 128  # r of local self-attention: each query sees keys within r
-    dropout_rate: float = 0.1
-    attention_dropout_rate: float = 0.0
-    dropout_impl: str = "hash"  # dropout masks: "hash" or "jax" (dropout.py)
-    share_embeddings: bool = True
-    positions: str = "sinusoidal"
-    norm: str = "post"
-    max_len: int = 512
-    dtype: Any = jnp.float32  # compute dtype; parameters are always float32
-    remat: bool = False  # recompute each layer's activations in the backward pass
+    num_layers: int = _BASE.num_layers
+    d_model: int = _BASE.d_model
+    d_ff: int = _BASE.d_ff
+    num_heads: int = _BASE.num_heads
+    d_k: int = _BASE.d_model // _BASE.num_heads
+    d_v: int = _BASE.d_model // _BASE.num_heads
+    num_kv_heads: int = _BASE.num_kv_heads  # 0: one key/value head per query head
+    attention: str = _BASE.attention  # the kernel: dense, blockwise, local or cudnn
+    block_size: int = _BASE.block_size  # the blockwise kernel's tile
+    local_window: int = _BASE.local_window  # r of local self-attention
+    dropout_rate: float = _BASE.dropout_rate
+    attention_dropout_rate: float = _BASE.attention_dropout_rate
+    dropout_impl: str = _BASE.dropout_impl  # dropout masks: "hash" or "jax" (dropout.py)
+    share_embeddings: bool = _BASE.share_embeddings
+    positions: str = _BASE.positions
+    norm: str = _BASE.norm
+    max_len: int = _BASE.max_len
+    dtype: Any = jnp.dtype(_BASE.dtype)  # compute dtype; parameters are always float32
+    remat: bool = _BASE.remat  # recompute each layer's activations in the backward pass
     deterministic: bool = False  # True for evaluation: no dropout
     decode: bool = False  # True for incremental decoding with a key/value cache
 
@@ -70,16 +76,15 @@ class TransformerConfig:
         m = model_config
         d_k = m.d_k or m.d_model // m.num_heads
         d_v = m.d_v or m.d_model // m.num_heads
+        # Settings added after a run started are absent from its saved config: the defaults.
+        later = {k: m.get(k, _BASE[k]) for k in ("num_kv_heads", "attention", "block_size",
+                                                 "local_window", "dropout_impl", "remat")}
         return cls(
             vocab_size=vocab_size, num_layers=m.num_layers, d_model=m.d_model, d_ff=m.d_ff,
-            num_heads=m.num_heads, d_k=d_k, d_v=d_v,
-            num_kv_heads=m.get("num_kv_heads", 0), attention=m.get("attention", "dense"),
-            block_size=m.get("block_size", 256), local_window=m.get("local_window", 128),
-            dropout_rate=m.dropout_rate,
+            num_heads=m.num_heads, d_k=d_k, d_v=d_v, dropout_rate=m.dropout_rate,
             attention_dropout_rate=m.attention_dropout_rate,
-            dropout_impl=m.get("dropout_impl", "hash"),
             share_embeddings=m.share_embeddings, positions=m.positions, norm=m.norm,
-            max_len=m.max_len, dtype=jnp.dtype(m.dtype), remat=m.get("remat", False))
+            max_len=m.max_len, dtype=jnp.dtype(m.dtype), **later)
 
 
 # ----------------------------------------------------------------------------------------
@@ -242,9 +247,8 @@ class MultiHeadAttention(nn.Module):
             kernel = "dense"
         if kernel == "dense":
             mask = attention.make_mask(segment_ids, kv_segment_ids, causal=causal,
-                                       q_offset=q_offset)
-            if local:
-                mask = mask & attention.band_mask(q_len, k.shape[1], cfg.local_window, q_offset)
+                                       q_offset=q_offset,
+                                       window=cfg.local_window if local else None)
             dropout_rng = None
             if not cfg.deterministic and cfg.attention_dropout_rate > 0:
                 dropout_rng = self.make_rng("dropout")
@@ -331,7 +335,7 @@ class AddNorm(nn.Module):
     @nn.compact
     def __call__(self, x: Array, sublayer: Any) -> Array:
         cfg = self.config
-        norm = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name="norm")
+        norm = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=cfg.dtype, name="norm")
         dropout = Dropout(cfg.dropout_rate, cfg.dropout_impl)
         if cfg.norm == "pre":
             return x + dropout(sublayer(norm(x)), deterministic=cfg.deterministic)
@@ -377,7 +381,7 @@ class Encoder(nn.Module):
         for i in range(cfg.num_layers):
             x = layer(cfg, name=f"layer_{i}")(x, segment_ids)
         if cfg.norm == "pre":
-            x = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name="final_norm")(x)
+            x = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=cfg.dtype, name="final_norm")(x)
         return x
 
 
@@ -395,7 +399,7 @@ class Decoder(nn.Module):
         for i in range(cfg.num_layers):
             y = layer(cfg, name=f"layer_{i}")(y, segment_ids, encoded, encoded_segment_ids)
         if cfg.norm == "pre":
-            y = nn.LayerNorm(epsilon=1e-6, dtype=cfg.dtype, name="final_norm")(y)
+            y = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=cfg.dtype, name="final_norm")(y)
         return y
 
 

@@ -81,6 +81,17 @@ def unreplicate(tree: Any) -> Any:
     return jax.tree.map(lambda x: np.asarray(x[0]), tree)
 
 
+def collectives(axis_name: str | None) -> tuple[Callable, Callable, int, Any]:
+    """(sum over devices, mean over devices, device count, device index) for a step run
+    inside ``pmap`` over ``axis_name``; identities when the step sees the global batch (jit
+    over a mesh, ``axis_name`` None)."""
+    if axis_name is None:
+        return (lambda x: x), (lambda x: x), 1, 0
+    return (functools.partial(jax.lax.psum, axis_name=axis_name),
+            functools.partial(jax.lax.pmean, axis_name=axis_name),
+            jax.lax.psum(1, axis_name), jax.lax.axis_index(axis_name))
+
+
 def _to_host(tree: Any) -> dict[str, float]:
     return {k: float(np.asarray(v)) for k, v in tree.items()}
 

@@ -1,4 +1,5 @@
-"""Parameter and FLOP counts of a config, without allocating a weight (``jax.eval_shape``).
+"""A config's parameters: initialised, and counted with their FLOPs without allocating a
+weight (``jax.eval_shape``).
 
     python -m transformer_jax.params --config=configs/table3.py:C_N2
     params: 33690760
@@ -25,11 +26,15 @@ from transformer_jax import cli
 from transformer_jax.model import Transformer, TransformerConfig
 
 
-def param_shapes(model_config: TransformerConfig) -> Any:
-    """The parameter pytree as ShapeDtypeStructs."""
+def init_params(model_config: TransformerConfig, key: jax.Array) -> Any:
+    """Initial parameters (a [1, 1] dummy batch fixes every shape but the batch)."""
     dummy = jnp.ones((1, 1), jnp.int32)
-    model = Transformer(model_config.replace(deterministic=True))
-    return jax.eval_shape(lambda: model.init(jax.random.key(0), dummy, dummy))["params"]
+    return Transformer(model_config.replace(deterministic=True)).init(key, dummy, dummy)["params"]
+
+
+def param_shapes(model_config: TransformerConfig) -> Any:
+    """The parameter pytree as ShapeDtypeStructs (nothing is allocated)."""
+    return jax.eval_shape(lambda: init_params(model_config, jax.random.key(0)))
 
 
 def count(tree: Any) -> int:

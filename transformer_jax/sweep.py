@@ -36,7 +36,6 @@ import json
 import logging
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -485,9 +484,7 @@ def share_vocabulary(root: Path, workdir: Path, config: ml_collections.ConfigDic
             continue
         if {k: saved.get("data", {}).get(k) for k in VOCAB_FIELDS} == wanted:
             target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_suffix(".tmp")
-            shutil.copyfile(source, tmp)
-            tmp.replace(target)
+            faults.write_bytes_atomically(target, source.read_bytes())
             logging.info("%s: vocabulary shared from %s", workdir.name, other.name)
             return True
     return False

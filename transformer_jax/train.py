@@ -38,13 +38,9 @@ from transformer_jax import (
 )
 from transformer_jax.data import pipeline, sources, tokenizer as tokenizer_lib
 from transformer_jax.logs import MetricWriter
-from transformer_jax.losses import (
-    collectives,
-    eval_step,
-    label_smoothed_cross_entropy,
-    model_inputs,
-)
+from transformer_jax.losses import batch_sums, label_smoothed_cross_entropy, model_inputs
 from transformer_jax.model import Transformer, TransformerConfig
+from transformer_jax.params import init_params
 
 # ----------------------------------------------------------------------------------------
 # Optimizer, schedule and loss
@@ -65,11 +61,16 @@ def learning_rate_schedule(d_model: int, warmup_steps: int,
     return schedule
 
 
+def schedule_of(optim: ml_collections.ConfigDict, d_model: int) -> Callable[[Any], Any]:
+    """The schedule ``optim`` asks for (warmup steps, scale): the optimizer follows it and the
+    train step logs it."""
+    return learning_rate_schedule(d_model, optim.warmup_steps, optim.lr_scale)
+
+
 def make_optimizer(optim: ml_collections.ConfigDict,
                    d_model: int) -> optax.GradientTransformation:
     """Adam(beta1, beta2, eps) with the warmup schedule; gradient accumulation if asked."""
-    schedule = learning_rate_schedule(d_model, optim.warmup_steps, optim.lr_scale)
-    tx = optax.adam(schedule, b1=optim.b1, b2=optim.b2, eps=optim.eps)
+    tx = optax.adam(schedule_of(optim, d_model), b1=optim.b1, b2=optim.b2, eps=optim.eps)
     if optim.grad_accum_steps > 1:
         tx = optax.MultiSteps(tx, every_k_schedule=optim.grad_accum_steps)
     return tx
@@ -94,7 +95,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_key: jax.
     the result equals the single-device step on the whole batch. Without, it is written for
     the global batch and run by ``jit`` over a mesh.
     """
-    psum, pmean, num_devices, device_index = collectives(axis_name)
+    psum, pmean, num_devices, device_index = parallel.collectives(axis_name)
     step_key = jax.random.fold_in(jax.random.fold_in(dropout_key, state.step), device_index)
     weights = (batch["targets_segment_ids"] > 0).astype(jnp.float32)
     global_tokens = psum(jnp.sum(weights))
@@ -132,10 +133,11 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_key: jax.
     return new_state, metrics
 
 
-def init_params(model_config: TransformerConfig, key: jax.Array) -> Any:
-    """Initial parameters (a [1, 1] dummy batch fixes every shape but the batch)."""
-    dummy = jnp.ones((1, 1), jnp.int32)
-    return Transformer(model_config.replace(deterministic=True)).init(key, dummy, dummy)["params"]
+def eval_step(params: Any, batch: dict[str, jax.Array], *, model: Transformer,
+              label_smoothing: float, axis_name: str | None = None) -> dict[str, jax.Array]:
+    """Summed loss, NLL and target tokens of one batch (over all devices)."""
+    return parallel.collectives(axis_name)[0](
+        batch_sums(params, batch, model=model, label_smoothing=label_smoothing))
 
 
 def create_train_state(config: ml_collections.ConfigDict, model_config: TransformerConfig,
@@ -149,11 +151,9 @@ def make_executor(config: ml_collections.ConfigDict, model_config: TransformerCo
                   abstract_state: Any) -> parallel.PmapExecutor | parallel.ShardedExecutor:
     """The train and eval steps, compiled for ``config.train.parallel`` ("pmap" or
     "sharded")."""
-    schedule = learning_rate_schedule(model_config.d_model, config.optim.warmup_steps,
-                                      config.optim.lr_scale)
     train_fn = functools.partial(train_step, model=Transformer(model_config),
                                  label_smoothing=config.train.label_smoothing,
-                                 schedule=schedule,
+                                 schedule=schedule_of(config.optim, model_config.d_model),
                                  grad_accum_steps=config.optim.grad_accum_steps)
     eval_fn = functools.partial(eval_step,
                                 model=Transformer(model_config.replace(deterministic=True)),
@@ -183,18 +183,6 @@ def checkpoint_bytes(config: ml_collections.ConfigDict) -> int:
 # in one run). With two, the device always has the next step queued while the host prepares
 # the one after, and a stop costs at most about two step times before the save.
 STEPS_IN_FLIGHT = 2
-
-
-def evaluate_loss(executor: Any, state: Any, batches: Any) -> dict[str, float]:
-    """Loss, NLL per token and perplexity over ``batches``."""
-    totals = {"loss_sum": 0.0, "nll_sum": 0.0, "tokens": 0.0}
-    for batch in batches:
-        out = executor.evaluate(state, batch)
-        for k in totals:
-            totals[k] += out[k]
-    n = max(totals["tokens"], 1.0)
-    return {"loss": totals["loss_sum"] / n, "nll": totals["nll_sum"] / n,
-            "perplexity": evaluate.perplexity(totals["nll_sum"], n), "tokens": totals["tokens"]}
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict:
@@ -377,8 +365,9 @@ class Run:
         batches = pipeline.eval_batches(self.eval_source, self.tokenizer,
                                         max_len=self.config.data.max_len, rows=self.rows,
                                         max_batches=self.config.train.eval_batches)
-        self.final = evaluate_loss(self.executor, self.state, (
-            pipeline.process_rows(b, jax.process_index(), jax.process_count()) for b in batches))
+        self.final = evaluate.loss_over_batches(
+            functools.partial(self.executor.evaluate, self.state),
+            (pipeline.process_rows(b, jax.process_index(), jax.process_count()) for b in batches))
         self.writer.write("eval", self.step // self.accum, self.final)
 
     def _save(self) -> None:

@@ -1,5 +1,5 @@
 """Pictures of a trained model: its attention, its positional encodings, the causal mask, and
-the quadratic bill of attention memory.
+the quadratic bill of attention memory (its figures: attention_cost.py).
 
     python -m transformer_jax.visualize --workdir=runs/demo --out=runs/demo/pictures \
         --src="She asks whether the teacher has visited the bird." [--tgt="..."]
@@ -45,11 +45,10 @@ import ml_collections
 import numpy as np
 from matplotlib.figure import Figure
 
-from transformer_jax import attention, cli, config as config_lib, decode, evaluate, params
+from transformer_jax import attention, attention_cost, cli, decode, evaluate
 from transformer_jax.data import sources
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.errors import DataError, UserError
-from transformer_jax.faults import human_bytes
 from transformer_jax.model import Transformer, TransformerConfig, sinusoidal_positions
 
 # kind -> (stack, sub-module, title, axes), in the order of the paper's Figure 1.
@@ -62,8 +61,6 @@ KINDS: dict[str, tuple[str, str, str, str]] = {
                       "rows: output tokens, columns: source tokens"),
 }
 START = "<start>"  # the decoder's first input (token id 0)
-BILL_LENGTHS = tuple(512 * 2 ** i for i in range(12))  # 512 .. 1,048,576
-MEASURED_FILE = Path("experiments/results/attention_scaling.json")
 
 
 # ----------------------------------------------------------------------------------------
@@ -239,87 +236,6 @@ def plot_position_similarity(num_positions: int, d_model: int) -> Figure:
 # The quadratic bill
 
 
-def quadratic_bill(lengths: Sequence[int] = BILL_LENGTHS,
-                   model_config: TransformerConfig | None = None) -> list[dict[str, int]]:
-    """Cells and fp16 bytes of the attention matrices at each sequence length n: one matrix
-    (one head, one layer), one layer's heads, and every matrix of a forward pass (the base
-    model: 8 heads x 12 layers = 96)."""
-    if model_config is None:
-        model_config = TransformerConfig.from_config(config_lib.build("base").model, 37000)
-    per_forward = params.attention_matrices_per_forward(model_config)
-    return [{"n": n, "cells": n * n, "head_bytes": params.attention_matrix_bytes(n),
-             "layer_bytes": model_config.num_heads * params.attention_matrix_bytes(n),
-             "matrices": per_forward, "model_bytes": per_forward * params.attention_matrix_bytes(n)}
-            for n in lengths]
-
-
-def measure_dense_attention(lengths: Sequence[int] | None = None, heads: int = 8,
-                            d_k: int = 64) -> dict[str, Any]:
-    """Peak memory of the project's dense attention (forward, batch 1, float32 as the model
-    runs) from XLA's buffer assignment, by default at the lengths whose n x n buffers fit in
-    half of the device's memory (host memory on CPU). Same schema as
-    experiments/results/attention_scaling.json."""
-    stats = jax.devices()[0].memory_stats() or {}
-    memory = stats.get("bytes_limit") or os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    if lengths is None:  # logits and weights: two float32 [heads, n, n] buffers
-        lengths = [n for n in BILL_LENGTHS if 2 * heads * n * n * 4 < memory / 2]
-    results = []
-    for n in lengths:
-        spec = jax.ShapeDtypeStruct((1, n, heads, d_k), jnp.float32)
-        seg = jax.ShapeDtypeStruct((1, n), jnp.int32)
-
-        def forward(q, k, v, segment_ids):
-            mask = attention.make_mask(segment_ids, segment_ids)
-            return attention.dot_product_attention(q, k, v, mask)[0]
-
-        stats = jax.jit(forward).lower(spec, spec, spec, seg).compile().memory_analysis()
-        peak = (stats.temp_size_in_bytes + stats.argument_size_in_bytes
-                + stats.output_size_in_bytes - stats.alias_size_in_bytes)
-        results.append({"kind": "dense", "n": n, "pass": "forward", "time_s": None,
-                        "peak_bytes": int(peak), "error": None})
-    return {"machine": f"this machine ({human_bytes(memory)} memory)", "date": None,
-            "backend": jax.default_backend(), "heads": heads, "d_k": d_k,
-            "source": f"XLA memory_analysis of the compiled dense kernel (batch 1, d_k {d_k}, "
-                      "float32)", "results": results}
-
-
-def measured_memory(path: str | os.PathLike | None = None) -> dict[str, Any]:
-    """The benchmark's measurements (``path``; by default experiments/results/
-    attention_scaling.json under the current directory, when it exists), else this machine's
-    compile-time figures. Failed lengths (with an ``error``) are left out."""
-    path = Path(path) if path else MEASURED_FILE
-    if not path.is_file():
-        if path != MEASURED_FILE:
-            raise UserError(f"{path}: no such attention-scaling result file")
-        return measure_dense_attention()
-    try:
-        data = json.loads(path.read_text())
-        results = [{key: r[key] for key in ("kind", "n", "pass", "peak_bytes")}
-                   for r in data["results"] if not r.get("error") and r.get("peak_bytes")]
-        header = {key: data[key] for key in ("machine", "heads")}
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from e
-    except (KeyError, TypeError) as e:
-        raise DataError(f"{path}: not an attention-scaling result file: no field {e}") from e
-    return {**data, **header, "results": results, "source": str(path)}
-
-
-def bill_table(bill: Sequence[dict[str, int]], measured: dict[str, Any]) -> str:
-    """The bill as a markdown table, with the measured forward peak of dense attention."""
-    peak = {r["n"]: r["peak_bytes"] for r in measured["results"]
-            if r["kind"] == "dense" and r["pass"] == "forward"}
-    heads = bill[0]["layer_bytes"] // bill[0]["head_bytes"]
-    lines = [f"| n | cells n² | one matrix (fp16) | one layer, {heads} heads | "
-             f"{bill[0]['matrices']} matrices (base forward) | measured: dense, forward, "
-             f"{measured['heads']} heads, peak |", "|---:|---:|---:|---:|---:|---:|"]
-    for row in bill:
-        n = row["n"]
-        lines.append(f"| {n:,} | {row['cells']:,} | {human_bytes(row['head_bytes'])} | "
-                     f"{human_bytes(row['layer_bytes'])} | {human_bytes(row['model_bytes'])} | "
-                     f"{human_bytes(peak[n]) if n in peak else '-'} |")
-    return "\n".join(lines) + "\n"
-
-
 def plot_quadratic_bill(bill: Sequence[dict[str, int]], measured: dict[str, Any]) -> Figure:
     """Log-log: cells (left) and fp16 bytes (right) against n, with measured peaks."""
     n = np.array([r["n"] for r in bill], np.float64)
@@ -374,10 +290,11 @@ def write_model_pictures(out: str | os.PathLike, model_config: TransformerConfig
                    out / "positional_encoding.png"),
              _save(plot_position_similarity(positions, model_config.d_model),
                    out / "position_similarity.png")]
-    bill, measured = quadratic_bill(), measured_memory(measured_file)
+    bill = attention_cost.quadratic_bill()
+    measured = attention_cost.measured_memory(measured_file)
     paths.append(_save(plot_quadratic_bill(bill, measured), out / "quadratic_bill.png"))
     (out / "quadratic_bill.md").write_text(
-        bill_table(bill, measured) + f"\nMeasured: {measured['source']}, "
+        attention_cost.bill_table(bill, measured) + f"\nMeasured: {measured['source']}, "
         f"{measured.get('backend')} backend, on {measured['machine']}.\n")
     with open(out / "quadratic_bill.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(bill[0]))
@@ -510,6 +427,7 @@ if __name__ == "__main__":
                                         "greedy translation."),
         "out": absl_flags.DEFINE_string("out", None, "Output folder; default WORKDIR/pictures."),
         "measured": absl_flags.DEFINE_string(
-            "measured", None, f"Attention-scaling results to plot; default {MEASURED_FILE} if "
-            "present, else measured here at compile time."),
+            "measured", None, "Attention-scaling results to plot; default the checkout's "
+            f"{attention_cost.MEASURED_FILE.relative_to(attention_cost.CHECKOUT)} if present, "
+            "else measured here at compile time."),
     }))

@@ -150,20 +150,30 @@ def now() -> str:
     return datetime.datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-def read_metrics(workdir: Path) -> dict[str, dict[int, dict[str, Any]]]:
+def read_metric_records(workdir: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every record of ``<workdir>/metrics.jsonl`` in order, a step logged twice (a resumed
+    run) appearing twice; lines that are not whole records (the partial line of a killed
+    run) are skipped, and a workdir without the file has none."""
+    path = Path(workdir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a killed run
+        if isinstance(record, dict) and "split" in record and isinstance(record.get("step"), int):
+            records.append(record)
+    return records
+
+
+def read_metrics(workdir: str | os.PathLike) -> dict[str, dict[int, dict[str, Any]]]:
     """{split: {step: record}} from ``metrics.jsonl``; for a step logged twice (a resumed
     run) the last line wins, and a later line adds its keys to the earlier ones."""
     out: dict[str, dict[int, dict[str, Any]]] = {}
-    path = workdir / "metrics.jsonl"
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-            split, step = record["split"], int(record["step"])
-        except (ValueError, KeyError, TypeError):
-            continue  # a line cut short by a killed run
-        out.setdefault(split, {}).setdefault(step, {}).update(record)
+    for record in read_metric_records(workdir):
+        out.setdefault(record["split"], {}).setdefault(int(record["step"]), {}).update(record)
     return out
 
 

@@ -36,16 +36,28 @@ import json
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script, configs/ is not importable otherwise
+    sys.path.insert(0, str(ROOT))
 
-from configs import demo
-from experiments.benchmarks import decode_speed, train_throughput
-from transformer_jax import attention, config as config_lib, decode, hardware, train
-from transformer_jax.model import TransformerConfig
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from configs import demo  # noqa: E402
+from experiments.benchmarks import decode_speed, train_throughput  # noqa: E402
+from transformer_jax import (  # noqa: E402
+    attention,
+    config as config_lib,
+    decode,
+    hardware,
+    paper,
+    train,
+)
+from transformer_jax.model import TransformerConfig  # noqa: E402
 
 # bfloat16 keeps 8 bits of mantissa (relative rounding 2^-9); a 64-term softmax-weighted sum
 # of such values lands within 1-2% of the largest output, the backward pass's longer chains
@@ -194,7 +206,7 @@ def decoding(tiny: bool) -> dict[str, Any]:
     """Cached greedy and beam-4 tokens/s of the base model (random weights)."""
     batch, source, length = (2, 8, 15) if tiny else (8, 32, 63)
     c = config_lib.build("base")
-    vocab = 37000
+    vocab = paper.VOCAB_SIZE_EN_DE
     if tiny:
         c.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4)
         vocab = 64

@@ -36,14 +36,15 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # the configs/ directory
+if str(ROOT) not in sys.path:  # run as a script, configs/ is not importable otherwise
+    sys.path.insert(0, str(ROOT))
 
 from configs import demo as demo_config  # noqa: E402
 from transformer_jax import (  # noqa: E402
     config as config_lib,  # noqa: E402
-    logs,
     params,
     train,
+    workdirs,
 )
 from transformer_jax.data import (  # noqa: E402
     corpus,
@@ -131,8 +132,7 @@ def measure_demo_train_step(data_dir: Path, workdir: Path, steps: int) -> dict[s
     c.train.update(num_steps=2 * log_every, log_every=log_every, eval_every=2 * log_every,
                    checkpoint_every=2 * log_every, eval_batches=1, bleu_sentences=0, samples=0)
     train.train_and_evaluate(c, workdir)
-    records = logs.read_metrics(workdir)
-    last = [r for r in records if r["split"] == "train" and r["step"] == 2 * log_every][-1]
+    last = workdirs.read_metrics(workdir)["train"][2 * log_every]
     # The first interval includes compilation; the second is the steady state.
     return {"target_tokens_per_s": last["tokens_per_s"],
             "source_tokens_per_s": last.get("source_tokens_per_s", math.nan),

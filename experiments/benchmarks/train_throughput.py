@@ -22,19 +22,32 @@ import datetime
 import json
 import os
 import platform
+import sys
 import time
+from pathlib import Path
 
-import jax
-import jax.numpy as jnp
-import numpy as np
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run as a script, transformer_jax/ is not importable otherwise
+    sys.path.insert(0, str(ROOT))
 
-from transformer_jax import config as config_lib, hardware, parallel, params, train
-from transformer_jax.model import TransformerConfig
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from transformer_jax import (  # noqa: E402
+    config as config_lib,
+    hardware,
+    paper,
+    parallel,
+    params,
+    train,
+)
+from transformer_jax.model import TransformerConfig  # noqa: E402
 
 SIZES = {  # name -> (variant, vocabulary, max_len, CPU tokens per step, accelerator tokens)
     "demo": ("demo", 1000, 64, 2048, 2048),
-    "base": ("base", 37000, 256, 3072, 25000),
-    "big": ("big", 37000, 256, 3072, 25000),
+    "base": ("base", paper.VOCAB_SIZE_EN_DE, 256, 3072, 25000),
+    "big": ("big", paper.VOCAB_SIZE_EN_DE, 256, 3072, 25000),
 }
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import sentencepiece as spm
 
+from transformer_jax import faults
 from transformer_jax.errors import DataError
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
@@ -95,9 +95,7 @@ def train_tokenizer(sentences: Iterable[str], vocab_size: int, model_path: str |
         vocab_size=vocab_size, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
         character_coverage=1.0, hard_vocab_limit=False, num_threads=os.cpu_count() or 1,
         max_sentence_length=max_sentence_length, minloglevel=2)
-    with tempfile.NamedTemporaryFile(dir=model_path.parent, delete=False) as f:
-        f.write(buffer.getvalue())
-    os.replace(f.name, model_path)
+    faults.write_bytes_atomically(model_path, buffer.getvalue())
     tokenizer = Tokenizer(model_path)
     logging.info("trained a %d-piece BPE vocabulary in %.1fs -> %s", tokenizer.vocab_size,
                  time.time() - start, model_path)
