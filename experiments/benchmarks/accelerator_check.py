@@ -53,6 +53,7 @@ from transformer_jax import (  # noqa: E402
     attention,
     config as config_lib,
     decode,
+    evaluate,
     hardware,
     paper,
     train,
@@ -212,17 +213,18 @@ def decoding(tiny: bool) -> dict[str, Any]:
         vocab = 64
     config = TransformerConfig.from_config(c.model, vocab)
     params = train.init_params(config, jax.random.key(0))
-    rng = np.random.default_rng(0)
-    inputs = rng.integers(3, vocab, (batch, source))
-    inputs[:, -1] = 1  # EOS
-    inputs = jnp.asarray(inputs, jnp.int32)
+    inputs = decode_speed.random_sources(config, batch, source)
+    # evaluate.translate's buffer: one more than the longest output, rounded up.
+    buffer = -(-(length + 1) // evaluate.LENGTH_BUCKET) * evaluate.LENGTH_BUCKET
     results: dict[str, Any] = {"status": "measured", "sentences": batch,
                                "source_tokens": source, "output_tokens": length,
                                "dtype": c.model.dtype}
-    for name, how in (("greedy", decode.DecodeConfig(strategy="greedy")),
-                      ("beam4", decode.DecodeConfig(strategy="beam", beam_size=4, alpha=0.6))):
-        compile_s, run_s = decode_speed.measure(params, config, inputs, how, length,
-                                                use_cache=True, repeats=1 if tiny else 3)
+    calls = {name: decode_speed.decoder(params, config, inputs, how, length, buffer)
+             for name, how in (("greedy", decode.DecodeConfig(strategy="greedy")),
+                               ("beam4", decode.DecodeConfig(strategy="beam", beam_size=4,
+                                                             alpha=0.6)))}
+    timed = decode_speed.time_alternately(calls, length, 1 if tiny else 3)
+    for name, (compile_s, run_s) in timed.items():
         results[f"{name}_tokens_per_s"] = round(batch * length / run_s, 1)
         results[f"{name}_compile_s"] = round(compile_s, 1)
     return results
