@@ -79,12 +79,15 @@ class Sweep:
             labels = hyper.names(self.grid, default=self.variant)
         except ValueError as e:
             raise UserError(f"sweep {self.name}: {e}") from e
-        fields = hyper.varying(self.grid)
-        parameter = self.parameter or next(iter(fields), hyper.VARIANT)
+        fields, parameter = hyper.varying(self.grid), self.axis()
         return [Point(label, dict(g), g.get(hyper.VARIANT, self.variant),
                       hyper.setting(g, fields) or g.get(hyper.VARIANT, self.variant),
                       self._value(g, parameter))
                 for label, g in zip(labels, self.grid, strict=True)]
+
+    def axis(self) -> str:
+        """The report's x axis: ``parameter``, or the first swept field."""
+        return self.parameter or next(iter(hyper.varying(self.grid)), hyper.VARIANT)
 
     def _value(self, point: dict[str, Any], parameter: str) -> Any:
         if parameter in point:
@@ -337,10 +340,8 @@ def point_record(sweep: Sweep, point: Point, config: ml_collections.ConfigDict
 def definition(sweep: Sweep, points: Sequence[Point], configs: dict[str, Any], scale: str,
                experiment: str) -> dict[str, Any]:
     """The sweep as recorded in ROOT/sweep.json."""
-    fields = hyper.varying([p.fields for p in points])
-    parameter = sweep.parameter or next(iter(fields), hyper.VARIANT)
     return {"name": sweep.name, "experiment": experiment, "config": sweep.config,
-            "parameter": parameter, "swept": fields, "scale": scale,
+            "parameter": sweep.axis(), "swept": hyper.varying(sweep.grid), "scale": scale,
             "description": sweep.description,
             "points": [{**point_record(sweep, p, configs[p.name][0]),
                         "config": configs[p.name][0].to_dict()} for p in points]}
