@@ -2,13 +2,14 @@
 # A Cloud TPU VM pod slice: the same command on every worker, each told the coordinator
 # (worker 0), the number of workers and its own index, read from the TPU's metadata.
 #
-#   TPU=my-v4-32 ZONE=us-central2-b launch/tpu_pod.sh configs/big.py /mnt/runs/big \
+#   TPU=my-v4-32 ZONE=us-central2-b launch/tpu_pod.sh configs/big.py gs://my-bucket/runs/big \
+#       --config.data.data_dir=gs://my-bucket/tensorflow_datasets \
 #       --config.model.dtype=bfloat16 --config.train.parallel=sharded
 #
-# Every worker needs the project installed in REPO_DIR (default: ~/transformer_jax), the
-# prepared TFDS data where --config.data.data_dir points, and the workdir at the same path:
-# a file system all workers mount (a gcsfuse-mounted bucket or a Filestore share), since
-# workdirs are read and written as local paths. Re-running the same command resumes.
+# Every worker needs the project installed in REPO_DIR (default: ~/transformer_jax). The
+# workdir and the prepared TFDS data are best in a bucket (gs://...), which every worker
+# reads and writes directly with the TPU VM's own credentials: no mount is needed. A path
+# all workers mount (a Filestore share) works too. Re-running the same command resumes.
 set -euo pipefail
 : "${TPU:?set TPU to the TPU VM name}" "${ZONE:?set ZONE to its zone}"
 config=${1:?usage: $0 CONFIG WORKDIR [overrides...]}

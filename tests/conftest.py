@@ -1,9 +1,16 @@
-"""Test set-up: 8 fake CPU devices for the parallel tests (set before JAX is imported)."""
+"""Test set-up: 8 fake CPU devices for the parallel tests, and the local Google Cloud
+Storage's address for the storage tests (both set before JAX or a storage client is
+imported; the storage server starts only when a test asks for a bucket)."""
 
 import os
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from . import gcs_emulator  # noqa: E402
+
+GCS_PORT = gcs_emulator.free_port()
+os.environ.update(gcs_emulator.environment(GCS_PORT))
 
 import pytest  # noqa: E402
 
@@ -33,6 +40,23 @@ def tiny_sweep(builtin_data_dir, tmp_path_factory):
         outcome = sweep.run_sweep(sweep.load_experiment(experiment), str(tmp_path / "root"),
                                   "local", parallel=2)
     return experiment, tmp_path / "root", outcome
+
+
+@pytest.fixture(scope="session")
+def gcs_server():
+    """The local Google Cloud Storage (tests/gcs_emulator.py), for the whole session."""
+    if gcs_emulator.binary() is None and not os.environ.get("CI"):
+        pytest.skip("no fake-gcs-server binary for this platform")
+    server = gcs_emulator.Server(GCS_PORT)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def bucket(gcs_server, request):
+    """A new empty bucket, ``gs://NAME``, for one test."""
+    name = "t-" + "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:50]
+    return gcs_server.create_bucket(name.strip("-") + f"-{os.getpid()}")
 
 
 def pytest_collection_modifyitems(config, items):

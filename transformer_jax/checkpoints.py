@@ -29,8 +29,6 @@ paper does before evaluating (the last 5 for the base model, 20 for the big one)
 from __future__ import annotations
 
 import logging
-import shutil
-from pathlib import Path
 from typing import Any
 
 import grain
@@ -39,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from transformer_jax import storage
 from transformer_jax.errors import TrainingStopped, UserError
 
 # The paper's windows end its runs: base averages steps 94,000-100,000 (5 checkpoints 1,500
@@ -58,8 +57,8 @@ class CorruptCheckpoint(Exception):
 class Checkpoints:
     """The checkpoints of one workdir."""
 
-    def __init__(self, workdir: str | Path, keep: int):
-        self.directory = Path(workdir).absolute() / "checkpoints"
+    def __init__(self, workdir: storage.PathLike, keep: int):
+        self.directory = storage.path(workdir) / "checkpoints"
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
@@ -107,7 +106,7 @@ class Checkpoints:
         trash = self.directory / TRASH
         if jax.process_index() == 0 and trash.is_dir():
             for old in trash.iterdir():
-                shutil.rmtree(old, ignore_errors=True)
+                storage.rmtree(old)
 
     def restore(self, step: int, state_template: Any,
                 data_iterator: Any | None = None) -> tuple[Any, dict[str, Any]]:
@@ -153,7 +152,7 @@ class Checkpoints:
             return step, state, meta
         return None
 
-    def set_aside(self, step: int) -> Path:
+    def set_aside(self, step: int) -> storage.Path:
         """Renames checkpoint ``step`` to ``<step>.corrupt-<n>``, which orbax does not list,
         so the step can be written again. Returns the new path."""
         source = self.directory / str(step)

@@ -8,12 +8,12 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 from absl import app, flags, logging as absl_logging
 from ml_collections import ConfigDict, config_flags
 
+from transformer_jax import storage
 from transformer_jax.errors import UserError
 
 # Errors that mean bad input rather than a bug: reported in one line, exit status 2.
@@ -79,7 +79,7 @@ def workdir_config(workdir: str | os.PathLike, overrides: Mapping[str, Any] | No
     """
     from transformer_jax import config as config_lib, workdirs
 
-    path = Path(workdir) / workdirs.CONFIG_FILE
+    path = storage.path(workdir) / workdirs.CONFIG_FILE
     saved = workdirs.read_config(workdir)
     if saved is None:
         raise UserError(f"{path}: no such file; --workdir must be the workdir of a training "

@@ -24,19 +24,17 @@ left out of its setting's statistics; it never stops the report.
 
 from __future__ import annotations
 
-import csv
 import datetime
 import functools
 import math
 import statistics
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import ml_collections
 from absl import flags
 
-from transformer_jax import cli, faults, paper, provenance
+from transformer_jax import cli, paper, provenance, storage
 from transformer_jax.compare_plots import plot_against_value, plot_losses
 from transformer_jax.errors import UserError
 from transformer_jax.workdirs import point_status, read_json, read_metrics
@@ -64,7 +62,7 @@ def _last(records: dict[int, dict[str, Any]], key: str) -> Any:
     return None
 
 
-def count_params(config: dict[str, Any], workdir: Path) -> int | None:
+def count_params(config: dict[str, Any], workdir: storage.Path) -> int | None:
     """Parameters of the point's model, with the vocabulary it trained (or its config's)."""
     from transformer_jax import params
     from transformer_jax.data.tokenizer import Tokenizer
@@ -77,7 +75,7 @@ def count_params(config: dict[str, Any], workdir: Path) -> int | None:
         return None
 
 
-def _points(root: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _points(root: storage.Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     definition = read_json(root / "sweep.json")
     if isinstance(definition, dict) and definition.get("points"):
         return definition, definition["points"]
@@ -94,9 +92,9 @@ def _points(root: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return {"name": root.name, "parameter": "variant", "scale": "", "description": ""}, points
 
 
-def collect(root: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def collect(root: storage.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """(the sweep's definition, one row per point with the COLUMNS and its curves)."""
-    root = Path(root)
+    root = storage.path(root)
     if not root.is_dir():
         raise UserError(f"{root}: no such directory")
     definition, points = _points(root)
@@ -106,7 +104,8 @@ def collect(root: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return definition, rows
 
 
-def _row(workdir: Path, point: dict[str, Any], definition: dict[str, Any]) -> dict[str, Any]:
+def _row(workdir: storage.Path, point: dict[str, Any],
+         definition: dict[str, Any]) -> dict[str, Any]:
     # The sweep's config for the point is its target (a resumed run may have been given
     # more steps than the config.json written when it started).
     config = point.get("config") or read_json(workdir / "config.json") or {}
@@ -158,7 +157,8 @@ def _row(workdir: Path, point: dict[str, Any], definition: dict[str, Any]) -> di
     }
 
 
-def _translations(workdir: Path, final: dict[str, Any]) -> tuple[list[str], list[str]] | None:
+def _translations(workdir: storage.Path, final: dict[str, Any]
+                  ) -> tuple[list[str], list[str]] | None:
     """(hypotheses, references) of the test split written at the end of training."""
     try:
         hyps = (workdir / final["test_hypotheses"]).read_text(encoding="utf-8").splitlines()
@@ -294,12 +294,9 @@ def code_differences(rows: Sequence[dict[str, Any]]) -> list[str]:
 # Table
 
 
-def write_csv(rows: Sequence[dict[str, Any]], path: Path) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if row.get(k) is None else row[k] for k in COLUMNS})
+def write_csv(rows: Sequence[dict[str, Any]], path: storage.Path) -> None:
+    storage.write_csv(path, COLUMNS, ({k: "" if row.get(k) is None else row[k]
+                                       for k in COLUMNS} for row in rows))
 
 
 def _number(value: Any, digits: int) -> str:
@@ -442,21 +439,21 @@ def _notes(rows: Sequence[dict[str, Any]], replicated: bool = False) -> list[str
     return [f"- {n}" for n in notes]
 
 
-def report(root: str | Path, out: str | Path | None = None,
-           baseline: str | None = None) -> dict[str, Path]:
+def report(root: storage.PathLike, out: storage.PathLike | None = None,
+           baseline: str | None = None) -> dict[str, storage.Path]:
     """Writes the report of the sweep in ``root`` to ``out``; returns {what: path}."""
     definition, rows = collect(root)
     sets = settings(rows)
     base = choose_baseline(sets, baseline)
     tests = significance(sets, base)
-    out = Path(out or root)
+    out = storage.path(out or root)
     out.mkdir(parents=True, exist_ok=True)
     parameter = definition.get("parameter", "value")
     paths = {"csv": out / "results.csv", "markdown": out / "results.md",
              "loss_curves": out / "loss_curves.png",
              "against_value": out / f"dev_vs_{parameter}.png"}
     write_csv(rows, paths["csv"])
-    faults.write_text_atomically(paths["markdown"], markdown(definition, rows, sets, base,
+    storage.write_atomically(paths["markdown"], markdown(definition, rows, sets, base,
                                                              tests))
     plot_losses(definition, rows, paths["loss_curves"])
     plot_against_value(definition, sets, paths["against_value"])

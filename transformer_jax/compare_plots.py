@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
 
+from transformer_jax import storage
 
-def plot_losses(definition: dict[str, Any], rows: Sequence[dict[str, Any]], path: Path) -> None:
+
+def plot_losses(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
+                path: storage.Path) -> None:
     """Every run's training loss against the step, on one chart: one colour a setting."""
     fig = Figure(figsize=(7.5, 4.6), layout="constrained")
     ax = fig.add_subplot()
@@ -37,7 +39,7 @@ def plot_losses(definition: dict[str, Any], rows: Sequence[dict[str, Any]], path
         note = textwrap.fill("no curve: " + ", ".join(missing), 60)
         ax.text(0.99, 0.99, note, transform=ax.transAxes, ha="right", va="top", fontsize=8,
                 color="tab:red", in_layout=False)
-    fig.savefig(path, dpi=120)
+    storage.write_figure(fig, path, dpi=120)
 
 
 def _positions(values: Sequence[Any]) -> tuple[list[float], dict[str, Any]]:
@@ -52,7 +54,7 @@ def _positions(values: Sequence[Any]) -> tuple[list[float], dict[str, Any]]:
 
 
 def plot_against_value(definition: dict[str, Any], sets: Sequence[dict[str, Any]],
-                       path: Path) -> None:
+                       path: storage.Path) -> None:
     """Validation perplexity and BLEU against the swept value: each setting's mean over its
     finished seeds with a ±1 std bar and every seed's own point (left axis), and the paper's
     (right axis, its own scale); settings with no finished run are marked."""
@@ -107,4 +109,4 @@ def plot_against_value(definition: dict[str, Any], sets: Sequence[dict[str, Any]
         if handles:
             ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="best")
     fig.suptitle(f"{definition.get('name', '')}: against {parameter}")
-    fig.savefig(path, dpi=120)
+    storage.write_figure(fig, path, dpi=120)

@@ -35,7 +35,6 @@ import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -48,9 +47,9 @@ from transformer_jax import (
     checkpoints,
     config as config_lib,
     decode,
-    faults,
     losses,
     params as params_lib,
+    storage,
 )
 from transformer_jax.data import pipeline, sources
 from transformer_jax.data.pipeline import pad_batch
@@ -236,14 +235,14 @@ class Loaded:
     notes: list[str] = dataclasses.field(default_factory=list)  # one-line warnings for the user
 
 
-def load_workdir(workdir: str | Path, config: ml_collections.ConfigDict,
+def load_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDict,
                  average: int | None = None) -> Loaded:
     """The model of a training run: ``config`` is the run's config (``cli.workdir_config``);
     the parameters are the mean of the last ``average`` checkpoints (1: the latest alone).
     ``average=None`` takes the config's number (``config.checkpoints_to_average``: 5 for
     base, 20 for big), or every checkpoint the workdir holds if fewer, saying so in
     ``notes``. Raises UserError if ``average`` is more than the workdir holds."""
-    workdir = Path(workdir)
+    workdir = storage.path(workdir)
     vocab = workdir / "vocab" / MODEL_NAME
     if not vocab.is_file():
         raise UserError(f"{vocab}: no vocabulary; --workdir must be the workdir of a training "
@@ -279,7 +278,7 @@ def load_workdir(workdir: str | Path, config: ml_collections.ConfigDict,
 # The evaluate command
 
 
-def evaluate_workdir(workdir: str | Path, config: ml_collections.ConfigDict, split: str,
+def evaluate_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDict, split: str,
                      average: int | None = None, limit: int = 0,
                      progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Perplexity and BLEU (both ways) of a workdir's model on ``split`` (``average`` as in
@@ -309,12 +308,12 @@ def evaluate_workdir(workdir: str | Path, config: ml_collections.ConfigDict, spl
         "tokenized_bleu": tok, "tokenized_bleu_signature": tok_signature,
         "decode": dataclasses.asdict(decoding), "seconds": time.time() - start,
     }
-    out = Path(workdir) / "eval"
+    out = storage.path(workdir) / "eval"
     out.mkdir(exist_ok=True)
     tag = f"beam{decoding.beam_size}" if decoding.strategy == "beam" else decoding.strategy
     name = f"{split}-avg{len(loaded.steps)}-{tag}"
-    faults.write_text_atomically(out / f"{name}.hyp.txt", "".join(h + "\n" for h in hyps))
-    faults.write_text_atomically(out / f"{name}.json", json.dumps(result, indent=2) + "\n")
+    storage.write_atomically(out / f"{name}.hyp.txt", "".join(h + "\n" for h in hyps))
+    storage.write_atomically(out / f"{name}.json", json.dumps(result, indent=2) + "\n")
     result["files"] = [str(out / f"{name}.hyp.txt"), str(out / f"{name}.json")]
     return result
 

@@ -19,14 +19,12 @@ lives in checkpoints.py.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 import signal
 import threading
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from transformer_jax import storage
 from transformer_jax.errors import TrainingStopped, UserError
 
 # Room kept free beyond the checkpoints: logs, TensorBoard events, vocabulary, evaluation files.
@@ -140,32 +138,38 @@ def human_bytes(n_bytes: float) -> str:
     return f"{n_bytes:,.1f}".removesuffix(".0") + f" {units[power]}"
 
 
-def checkpoint_steps_on_disk(workdir: Path) -> list[int]:
-    """The finished checkpoints in ``<workdir>/checkpoints`` (directories named by a step)."""
-    directory = workdir / "checkpoints"
+def checkpoint_steps_on_disk(workdir: storage.PathLike) -> list[int]:
+    """The finished checkpoints in ``<workdir>/checkpoints`` (directories named by a step).
+
+    Locally orbax writes a checkpoint under a temporary name, so a directory named by a step
+    is finished; in a bucket it writes in place and marks a finished one with a commit file.
+    """
+    directory = storage.path(workdir) / "checkpoints"
     if not directory.is_dir():
         return []
-    return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit() and p.is_dir())
+    steps = [p for p in directory.iterdir() if p.name.isdigit() and p.is_dir()]
+    if storage.is_remote(directory):
+        import orbax.checkpoint as ocp
+
+        steps = [p for p in steps if ocp.step.is_checkpoint_finalized(p)]
+    return sorted(int(p.name) for p in steps)
 
 
-def check_workdir(workdir: Path, checkpoint_bytes: int, keep: int) -> None:
+def check_workdir(workdir: storage.PathLike, checkpoint_bytes: int, keep: int) -> None:
     """Refuses, in one line, a workdir that cannot be written or cannot hold the checkpoints.
 
     A run keeps ``keep`` checkpoints of about ``checkpoint_bytes`` each and writes the next
     before removing the oldest, so the file system needs ``keep + 1`` of them (less those
-    already there) plus a margin.
+    already there) plus a margin. A bucket has no free-space figure: only writing is
+    checked there (and a missing bucket, credentials or permission named).
     """
-    try:
-        workdir.mkdir(parents=True, exist_ok=True)
-        probe = workdir / ".write_test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as e:
-        raise UserError(f"workdir {workdir} is not writable: {e.strerror or e}") from e
+    workdir = storage.check(workdir)
+    free = storage.free_bytes(workdir)
+    if free is None:
+        return
     to_write = keep + 1 - min(len(checkpoint_steps_on_disk(workdir)), keep)
     needed = int(to_write * checkpoint_bytes * (1 + FREE_SPACE_MARGIN_FRACTION)
                  + FREE_SPACE_MARGIN_BYTES)
-    free = shutil.disk_usage(workdir).free
     if free < needed:
         raise UserError(
             f"workdir {workdir}: {human_bytes(free)} free, but {to_write} more checkpoint(s) "
@@ -173,15 +177,3 @@ def check_workdir(workdir: Path, checkpoint_bytes: int, keep: int) -> None:
             f"train.keep_checkpoints={keep}, plus the one being written) and a margin need "
             f"{human_bytes(needed)}; free some space, lower train.keep_checkpoints or choose "
             "another --workdir")
-
-
-def write_bytes_atomically(path: Path, data: bytes) -> None:
-    """Writes ``path`` whole or not at all (a temporary file renamed over it)."""
-    temporary = path.with_name(f".{path.name}.partial")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
-
-
-def write_text_atomically(path: Path, text: str) -> None:
-    """Writes ``text`` to ``path`` as UTF-8, whole or not at all."""
-    write_bytes_atomically(path, text.encode("utf-8"))

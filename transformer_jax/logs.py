@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
-from pathlib import Path
 from typing import Any
 
-from tensorboardX import SummaryWriter
+from tensorboardX import SummaryWriter, record_writer
+
+from transformer_jax import storage
 
 _SHORT = {"learning_rate": "lr", "perplexity": "ppl", "tokens_per_s": "tok/s",
           "grad_norm": "|g|", "padding_fraction": "pad", "steps_per_s": "steps/s"}
@@ -28,28 +30,43 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _open_for_appending(path: Path) -> Any:
-    """``path`` opened to append lines; a partial last line (a killed writer's) is ended
-    first, so it cannot swallow the next record."""
-    ends_mid_line = False
-    if path.exists() and path.stat().st_size:
-        with open(path, "rb") as f:
-            f.seek(-1, 2)
-            ends_mid_line = f.read(1) != b"\n"
-    handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 -- closed by MetricWriter.close
-    if ends_mid_line:
-        handle.write("\n")
-    return handle
+class _BucketEvents:
+    """TensorBoard event records written to a bucket through :class:`storage.LineLog`
+    (tensorboardX's own bucket writers need other clients and credentials)."""
+
+    def __init__(self, path: str):
+        self._log = storage.LineLog(path, binary=True)
+
+    def write(self, data: bytes) -> None:
+        self._log.write(data)
+
+    def flush(self) -> None:
+        self._log.flush()
+
+    def close(self) -> None:
+        self._log.close()
+
+    @staticmethod
+    def open(path: str) -> _BucketEvents:
+        return _BucketEvents(path)
+
+    @staticmethod
+    def directory_check(path: str) -> None:
+        storage.path(path).mkdir(parents=True, exist_ok=True)
+
+
+for _scheme in storage.REMOTE_SCHEMES:
+    record_writer.register_writer_factory(_scheme.removesuffix("://"), _BucketEvents)
 
 
 class MetricWriter:
     """Writes scalars to the console, TensorBoard (``<workdir>/tb``) and metrics.jsonl."""
 
-    def __init__(self, workdir: str | Path, enabled: bool = True):
+    def __init__(self, workdir: storage.PathLike, enabled: bool = True):
         self.enabled = enabled
-        self.workdir = Path(workdir)
-        self._tb = SummaryWriter(str(self.workdir / "tb")) if enabled else None
-        self._jsonl = _open_for_appending(self.workdir / "metrics.jsonl") if enabled else None
+        self.workdir = storage.path(workdir)
+        self._tb = SummaryWriter(os.fspath(self.workdir / "tb")) if enabled else None
+        self._jsonl = storage.LineLog(self.workdir / "metrics.jsonl") if enabled else None
 
     def write(self, split: str, step: int, scalars: dict[str, Any]) -> None:
         if not self.enabled:
@@ -82,6 +99,13 @@ class MetricWriter:
         if self.enabled:
             print(f"  source:    {source}\n  reference: {reference}\n  output:    {hypothesis}\n",
                   file=sys.stdout, flush=True)
+
+    def flush(self) -> None:
+        """Writes out what a bucket's logs hold back (local files are flushed at each
+        write)."""
+        if self.enabled:
+            self._tb.flush()
+            self._jsonl.flush(force=True)
 
     def close(self) -> None:
         if self.enabled:

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from transformer_jax import faults, workdirs
+from transformer_jax import storage, workdirs
 
 FILE = "provenance.json"
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint")
@@ -81,18 +81,18 @@ def entry(step: int = 0) -> dict[str, Any]:
     }
 
 
-def record(workdir: Path, step: int = 0) -> dict[str, Any]:
+def record(workdir: storage.PathLike, step: int = 0) -> dict[str, Any]:
     """Appends this start's entry to ``<workdir>/provenance.json``; returns it."""
-    path = Path(workdir) / FILE
+    path = storage.path(workdir) / FILE
     runs = read(workdir)
     new = entry(step)
-    faults.write_text_atomically(path, json.dumps({"runs": [*runs, new]}, indent=2))
+    storage.write_atomically(path, json.dumps({"runs": [*runs, new]}, indent=2))
     return new
 
 
-def read(workdir: Path) -> list[dict[str, Any]]:
+def read(workdir: storage.PathLike) -> list[dict[str, Any]]:
     """The workdir's entries, oldest first ([] when there are none)."""
-    data = workdirs.read_json(Path(workdir) / FILE)
+    data = workdirs.read_json(storage.path(workdir) / FILE)
     return data.get("runs", []) if isinstance(data, dict) else []
 
 

@@ -47,7 +47,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from transformer_jax import cli, config as config_lib, faults, hyper, workdirs
+from transformer_jax import cli, config as config_lib, hyper, storage, workdirs
 from transformer_jax.errors import ConfigError, UserError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -307,7 +307,7 @@ def slurm_job_active(job_id: str) -> bool:
     return slurm_job_state(job_id) is not None
 
 
-def _check_root(root: Path, definition: dict[str, Any]) -> None:
+def _check_root(root: storage.Path, definition: dict[str, Any]) -> None:
     old = workdirs.read_json(root / "sweep.json")
     if old and (old.get("name"), old.get("scale")) != (definition["name"],
                                                        definition["scale"]):
@@ -316,7 +316,8 @@ def _check_root(root: Path, definition: dict[str, Any]) -> None:
                         "another --root")
 
 
-def _check_workdir_model(workdir: Path, config: ml_collections.ConfigDict, label: str) -> None:
+def _check_workdir_model(workdir: storage.Path, config: ml_collections.ConfigDict,
+                         label: str) -> None:
     """A workdir trained with another model or data cannot resume this point."""
     saved = workdirs.read_json(workdir / "config.json")
     if not isinstance(saved, dict) or not (workdir / "checkpoints").exists():
@@ -368,12 +369,12 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
                         "use --parallel=1")
     points = sweep.points()
     configs = {p.name: point_config(sweep, p, scale, overrides) for p in points}
-    root_path = Path(root)
+    root_path = storage.path(root)
     record = definition(sweep, points, configs, scale, experiment)
     _check_root(root_path, record)
     if not dry_run:
         root_path.mkdir(parents=True, exist_ok=True)
-        faults.write_text_atomically(root_path / "sweep.json", json.dumps(record, indent=2))
+        storage.write_atomically(root_path / "sweep.json", json.dumps(record, indent=2))
 
     outcome, todo = {}, []
     squeue = slurm_job_active if launcher == "slurm" else None
@@ -432,23 +433,33 @@ def _header(sweep: Sweep, point: Point, launcher: str) -> dict[str, Any]:
             "value": point.value, "launcher": launcher}
 
 
-def _run_here(index: int, point: Point, workdir: Path, cmd: list[str],
+def _run_here(index: int, point: Point, workdir: storage.Path, cmd: list[str],
               config: ml_collections.ConfigDict, *, total: int,
-              header: Callable[[Point], dict], root: Path) -> str:
+              header: Callable[[Point], dict], root: storage.Path) -> str:
     """Runs one point's command here, its output appended to ``WORKDIR/train.log`` (the
-    TPU launcher's goes to the console, its workdir being on the workers' storage)."""
+    TPU launcher's goes to the console, its workdir being on the workers' storage). In a
+    bucket the output passes through this process, which rewrites the log object as it
+    grows (``storage.LineLog``)."""
     local = cmd[0] != "launch/tpu_pod.sh"
     logging.info("[%d/%d] %s: %s", index + 1, total, point.label, shlex.join(cmd))
     if local:
         workdir.mkdir(parents=True, exist_ok=True)
         share_vocabulary(root, workdir, config)
     start, started = time.time(), workdirs.now()
-    with open(workdir / "train.log", "a") if local else open(os.devnull, "w") as log:  # noqa: SIM115
-        proc = subprocess.Popen(cmd, stdout=log if local else None,
-                                stderr=subprocess.STDOUT if local else None)
-        # wait4 gives the child's CPU time as well as its exit status.
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = returncode = os.waitstatus_to_exitcode(status)
+    if not local:
+        proc = subprocess.Popen(cmd)
+    elif storage.is_remote(workdir):
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        with storage.LineLog(workdir / "train.log") as log:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+    else:
+        with open(workdir / "train.log", "a") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    # wait4 gives the child's CPU time as well as its exit status.
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = returncode = os.waitstatus_to_exitcode(status)
     wall = time.time() - start
     attempt = {"started": started, "wall_s": round(wall, 1),
                "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "returncode": returncode,
@@ -467,7 +478,8 @@ VOCAB_FIELDS = ("name", "data_dir", "source_lang", "target_lang", "train_files",
                 "vocab_size", "vocab_sample")
 
 
-def share_vocabulary(root: Path, workdir: Path, config: ml_collections.ConfigDict) -> bool:
+def share_vocabulary(root: storage.Path, workdir: storage.Path,
+                     config: ml_collections.ConfigDict) -> bool:
     """Copies the vocabulary of another point under ``root`` trained on the same data into
     a new ``workdir``; returns whether it did.
 
@@ -485,7 +497,7 @@ def share_vocabulary(root: Path, workdir: Path, config: ml_collections.ConfigDic
             continue
         if {k: saved.get("data", {}).get(k) for k in VOCAB_FIELDS} == wanted:
             target.parent.mkdir(parents=True, exist_ok=True)
-            faults.write_bytes_atomically(target, source.read_bytes())
+            storage.write_atomically(target, source.read_bytes())
             logging.info("%s: vocabulary shared from %s", workdir.name, other.name)
             return True
     return False
@@ -507,7 +519,7 @@ def _shared_cpu_peak(configs: list[ml_collections.ConfigDict]) -> dict[str, floa
     return {"train.peak_flops": float(f"{peak:.4g}")}
 
 
-def _submit_slurm(cmd: list[str], workdir: Path, header: dict[str, Any]) -> str:
+def _submit_slurm(cmd: list[str], workdir: storage.Path, header: dict[str, Any]) -> str:
     workdir.mkdir(parents=True, exist_ok=True)  # SLURM writes its output file there
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -527,14 +539,14 @@ def _submit_slurm(cmd: list[str], workdir: Path, header: dict[str, Any]) -> str:
 # Where a sweep stands
 
 
-def _running(workdir: Path) -> bool:
+def _running(workdir: storage.PathLike) -> bool:
     """Whether a run holds the workdir now (workdirs.Hold): a live process on this host, or
     a heartbeat of the last few minutes from another."""
     hold = workdirs.read_hold(workdir)
     return hold is not None and workdirs.hold_is_live(hold)
 
 
-def point_progress(workdir: Path, num_steps: int, squeue: Callable[[str], str | None] | None
+def point_progress(workdir: storage.Path, num_steps: int, squeue: Callable[[str], str | None] | None
                    ) -> dict[str, Any]:
     """Where one point stands: ``state`` (not started, running, queued, finished, failed,
     stopped), its last logged step, loss and tokens/s, the seconds left at its last speed,
@@ -578,7 +590,7 @@ def status_lines(sweep: Sweep, root: str, scale: str = "paper",
     rows = []
     for point in points:
         config = point_config(sweep, point, scale, overrides)[0]
-        rows.append((point, point_progress(Path(root) / point.name, config.train.num_steps,
+        rows.append((point, point_progress(storage.path(root) / point.name, config.train.num_steps,
                                            squeue)))
     width = max(len(p.name) for p in points)
     lines = []

@@ -14,7 +14,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -34,6 +33,7 @@ from transformer_jax import (
     parallel,
     params as params_lib,
     provenance,
+    storage,
     workdirs,
 )
 from transformer_jax.data import pipeline, sources, tokenizer as tokenizer_lib
@@ -185,7 +185,7 @@ def checkpoint_bytes(config: ml_collections.ConfigDict) -> int:
 STEPS_IN_FLIGHT = 2
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: storage.PathLike) -> dict:
     """Trains (or resumes) and evaluates; returns the final metrics.
 
     SIGTERM or SIGINT stops training at the next step boundary with a checkpoint (data
@@ -199,7 +199,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str | Path) -
     else is written there.
     """
     config_lib.validate(config)
-    workdir = Path(workdir)
+    workdir = storage.path(workdir)
     faults.check_workdir(workdir, checkpoint_bytes(config), config.train.keep_checkpoints)
     is_chief = jax.process_index() == 0
     with workdirs.Hold(workdir, enabled=is_chief):
@@ -220,7 +220,7 @@ class Run:
     the newest checkpoint in the workdir that restores whole. ``step`` counts micro-batches
     (optimizer steps times ``optim.grad_accum_steps``)."""
 
-    def __init__(self, config: ml_collections.ConfigDict, workdir: Path):
+    def __init__(self, config: ml_collections.ConfigDict, workdir: storage.Path):
         self.config, self.workdir = config, workdir
         self.is_chief = jax.process_index() == 0
         self.accum = config.optim.grad_accum_steps
@@ -379,6 +379,7 @@ class Run:
                 "skipped_long_pairs": self.data.length_filter.skipped, **self.nonfinite.state()}
         self.ckpts.save(self.step, self.executor.host_state(self.state), self.data.iterator,
                         meta, force=True)
+        self.writer.flush()  # in a bucket the logs are rewritten: up to this checkpoint
         self.saved_step = self.step
         if self.checkpoint_clock is not None:
             self.checkpoint_clock.restart()
@@ -398,7 +399,7 @@ class Run:
             final.update(_final_translations(c, self.model_config, params, self.tokenizer,
                                              self.writer, step, self.workdir, self.is_chief))
         if self.is_chief:
-            faults.write_text_atomically(self.workdir / "final_metrics.json",
+            storage.write_atomically(self.workdir / "final_metrics.json",
                                          json.dumps({"step": step, **final}, indent=2))
             self.writer.hparams(_hparams(c, self.workdir),
                                 {**final, "dev_bleu": self.dev_bleu}, step)
@@ -543,7 +544,7 @@ class _LogWindow:
 class Profile:
     """Writes a JAX profiler trace of steps [start, start + steps) into <workdir>/profile."""
 
-    def __init__(self, workdir: Path, start: int, steps: int, enabled: bool = True):
+    def __init__(self, workdir: storage.Path, start: int, steps: int, enabled: bool = True):
         self.directory = workdir / "profile"
         self.start, self.stop = start, start + steps
         self.enabled = enabled and steps > 0
@@ -582,7 +583,7 @@ FINAL_REFERENCES = "eval/test-final.ref.txt"
 
 def _final_translations(config: ml_collections.ConfigDict, model_config: TransformerConfig,
                         params: Any, tokenizer: tokenizer_lib.Tokenizer, writer: MetricWriter,
-                        step: int, workdir: Path, is_chief: bool = True) -> dict[str, Any]:
+                        step: int, workdir: storage.Path, is_chief: bool = True) -> dict[str, Any]:
     """Decodes the first sentences of the test split: both BLEUs, the hypotheses and
     references written to FINAL_HYPOTHESES and FINAL_REFERENCES, and a few samples."""
     test = sources.get_source(config.data, "test")
@@ -604,7 +605,7 @@ def _final_translations(config: ml_collections.ConfigDict, model_config: Transfo
         if is_chief:
             (workdir / "eval").mkdir(exist_ok=True)
             for name, lines in ((FINAL_HYPOTHESES, hyps), (FINAL_REFERENCES, refs)):
-                faults.write_text_atomically(workdir / name, "".join(
+                storage.write_atomically(workdir / name, "".join(
                     line.replace("\n", " ") + "\n" for line in lines))
         writer.write("test", step, {"bleu": score, "bleu_tokenized": tokenized})
         logging.info("test BLEU %.2f (tokenized, compound-split: %.2f) on %d sentences (%s, "
@@ -616,7 +617,7 @@ def _final_translations(config: ml_collections.ConfigDict, model_config: Transfo
     return result
 
 
-def _hparams(config: ml_collections.ConfigDict, workdir: Path) -> dict[str, Any]:
+def _hparams(config: ml_collections.ConfigDict, workdir: storage.Path) -> dict[str, Any]:
     """The hyperparameters TensorBoard shows for this run: the values its sweep point swept
     (``sweep_point.json``) and its seeds, or the Table 3 quantities and seeds of a run
     outside a sweep."""

@@ -17,10 +17,9 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
-from transformer_jax import cli, faults
+from transformer_jax import cli, storage
 from transformer_jax.errors import DataError
 
 TRANSLATE_OVERRIDES = ("decode",)
@@ -32,7 +31,7 @@ def read_lines(path: str) -> list[str]:
     Raises DataError naming the line of the first invalid UTF-8.
     """
     name = "<stdin>" if path == "-" else path
-    data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    data = sys.stdin.buffer.read() if path == "-" else storage.path(path).read_bytes()
     data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not text
     lines = data.split(b"\n")
     if lines and lines[-1] == b"":
@@ -54,7 +53,7 @@ def write_lines(path: str, lines: list[str]) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    faults.write_text_atomically(Path(path), text)
+    storage.write_atomically(path, text)
 
 
 def main(argv: list[str], flags_: dict[str, Any]) -> None:
@@ -69,9 +68,9 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
                                     TRANSLATE_OVERRIDES)
         sentences = read_lines(flags_["input"].value)
         output = flags_["output"].value
-        if output != "-" and not Path(output).absolute().parent.is_dir():
+        if output != "-" and not storage.path(output).parent.is_dir():
             raise FileNotFoundError(f"--output={output}: no directory "
-                                    f"{Path(output).absolute().parent}")
+                                    f"{storage.path(output).parent}")
         loaded = evaluate.load_workdir(workdir, config, flags_["average"].value)
         for note in loaded.notes:
             logging.warning("warning: %s", note)

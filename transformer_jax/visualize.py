@@ -26,7 +26,6 @@ Decoder rows are labelled with the token each row *writes*: row i reads decoder 
 from __future__ import annotations
 
 import base64
-import csv
 import dataclasses
 import functools
 import html
@@ -36,7 +35,6 @@ import math
 import os
 from collections.abc import Sequence
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -45,7 +43,7 @@ import ml_collections
 import numpy as np
 from matplotlib.figure import Figure
 
-from transformer_jax import attention, attention_cost, cli, decode, evaluate
+from transformer_jax import attention, attention_cost, cli, decode, evaluate, storage
 from transformer_jax.data import sources
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.errors import DataError, UserError
@@ -275,15 +273,15 @@ def plot_quadratic_bill(bill: Sequence[dict[str, int]], measured: dict[str, Any]
 # Writing files and the page
 
 
-def _save(fig: Figure, path: Path, dpi: int = 100) -> Path:
-    fig.savefig(path, dpi=dpi)
+def _save(fig: Figure, path: storage.Path, dpi: int = 100) -> storage.Path:
+    storage.write_figure(fig, path, dpi)
     return path
 
 
 def write_model_pictures(out: str | os.PathLike, model_config: TransformerConfig,
-                         measured_file: str | os.PathLike | None = None) -> list[Path]:
+                         measured_file: str | os.PathLike | None = None) -> list[storage.Path]:
     """Positional encodings (the model's d_model, 100 positions) and the quadratic bill."""
-    out = Path(out)
+    out = storage.path(out)
     out.mkdir(parents=True, exist_ok=True)
     positions = min(100, model_config.max_len)
     paths = [_save(plot_positional_encoding(positions, model_config.d_model),
@@ -296,22 +294,19 @@ def write_model_pictures(out: str | os.PathLike, model_config: TransformerConfig
     (out / "quadratic_bill.md").write_text(
         attention_cost.bill_table(bill, measured) + f"\nMeasured: {measured['source']}, "
         f"{measured.get('backend')} backend, on {measured['machine']}.\n")
-    with open(out / "quadratic_bill.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(bill[0]))
-        writer.writeheader()
-        writer.writerows(bill)
+    storage.write_csv(out / "quadratic_bill.csv", list(bill[0]), bill)
     return [*paths, out / "quadratic_bill.md", out / "quadratic_bill.csv"]
 
 
 def write_sentence_pictures(out: str | os.PathLike, sentence: SentenceAttention,
-                            extras: Sequence[Path] = ()) -> dict[Path, int]:
+                            extras: Sequence[storage.Path] = ()) -> dict[storage.Path, int]:
     """The grids of every kind and layer, the causal mask and the page for one sentence.
 
     ``extras`` are PNGs shown at the foot of the page. Returns {path: heatmap panels}.
     """
-    out = Path(out)
+    out = storage.path(out)
     out.mkdir(parents=True, exist_ok=True)
-    written: dict[Path, int] = {}
+    written: dict[storage.Path, int] = {}
     images: dict[str, str] = {}
     for kind, layers in sentence.weights.items():
         rows, cols = sentence.labels(kind)
@@ -330,12 +325,12 @@ def write_sentence_pictures(out: str | os.PathLike, sentence: SentenceAttention,
     return written
 
 
-def _png_uri(path: Path) -> str:
+def _png_uri(path: storage.Path) -> str:
     return "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
 
 
 def render_page(sentence: SentenceAttention, images: dict[str, str],
-                extras: Sequence[Path]) -> str:
+                extras: Sequence[storage.Path]) -> str:
     """The self-contained HTML page: the grids as data URIs, the weights as JSON (the page
     draws single heads from them on a canvas)."""
     kinds = {}
@@ -359,7 +354,7 @@ def render_page(sentence: SentenceAttention, images: dict[str, str],
 
 def write_pictures(out: str | os.PathLike, model: LoadedModel, source: str,
                    target: str | None = None,
-                   measured_file: str | os.PathLike | None = None) -> dict[Path, int]:
+                   measured_file: str | os.PathLike | None = None) -> dict[storage.Path, int]:
     """Everything for one sentence and the model into ``out``; translates if no target."""
     if not source.strip():
         raise UserError("--src is empty; give a sentence to run through the model")
@@ -375,7 +370,7 @@ def write_pictures(out: str | os.PathLike, model: LoadedModel, source: str,
 
 def write_run_pictures(config: ml_collections.ConfigDict, model_config: TransformerConfig,
                        model_params: Any, tokenizer: Tokenizer,
-                       workdir: str | os.PathLike) -> Path:
+                       workdir: str | os.PathLike) -> storage.Path:
     """At the end of training: pictures of the test sentences ``train.visualize_sentences``
     (indices into the test split) with the model's own translations, in workdir/pictures."""
     test = sources.get_source(config.data, "test")
@@ -389,7 +384,7 @@ def write_run_pictures(config: ml_collections.ConfigDict, model_config: Transfor
         batch_size=max(len(pairs), 1))
     hyps = evaluate.translate(model_params, model_config, tokenizer, [s for s, _ in pairs],
                               decoding)
-    out = Path(workdir) / "pictures"
+    out = storage.path(workdir) / "pictures"
     extras = write_model_pictures(out, model_config)
     for i, (src, _), hyp in zip(indices, pairs, hyps, strict=True):
         sentence = read_sentence(model_params, model_config, tokenizer, src, hyp)
@@ -410,7 +405,7 @@ def main(argv: list[str], flags: dict[str, Any]) -> None:
             raise UserError("--src is empty; give a sentence to run through the model")
         model = load_model(flags["workdir"].value)
         logging.info("loaded step %d of %s", model.step, flags["workdir"].value)
-        out = flags["out"].value or str(Path(flags["workdir"].value) / "pictures")
+        out = flags["out"].value or os.fspath(storage.path(flags["workdir"].value) / "pictures")
         written = write_pictures(out, model, flags["src"].value, flags["tgt"].value,
                                  flags["measured"].value)
         for path in written:

@@ -18,16 +18,16 @@ import datetime
 import json
 import logging
 import os
+import pathlib
 import platform
 import re
 import socket
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from transformer_jax import faults
+from transformer_jax import faults, storage
 from transformer_jax.errors import UserError
 
 
@@ -43,16 +43,17 @@ class Status:
         return self.kind + (f" ({self.detail})" if self.detail else "")
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: storage.PathLike) -> Any:
     """The JSON in ``path``, or None when it is missing or unreadable (being written)."""
     try:
-        return json.loads(path.read_text())
+        return json.loads(storage.path(path).read_text())
     except (OSError, ValueError):
         return None
 
 
-def last_logged_step(workdir: Path) -> int | None:
+def last_logged_step(workdir: storage.PathLike) -> int | None:
     """The highest step in ``metrics.jsonl`` (None when nothing was logged)."""
+    workdir = storage.path(workdir)
     steps = []
     path = workdir / "metrics.jsonl"
     if path.exists():
@@ -64,10 +65,11 @@ def last_logged_step(workdir: Path) -> int | None:
     return max(steps, default=None)
 
 
-def point_status(workdir: Path, num_steps: int, squeue: Callable[[str], bool] | None = None
-                 ) -> Status:
+def point_status(workdir: storage.PathLike, num_steps: int,
+                 squeue: Callable[[str], bool] | None = None) -> Status:
     """Where one point stands: finished means ``final_metrics.json`` says step ==
     ``num_steps``."""
+    workdir = storage.path(workdir)
     final = read_json(workdir / "final_metrics.json")
     if isinstance(final, dict) and final.get("step") == num_steps:
         return Status("finished", num_steps)
@@ -89,7 +91,7 @@ def machine() -> str:
     """This machine in words: cores, CPU model and memory."""
     model = platform.processor() or platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
@@ -102,10 +104,11 @@ def machine() -> str:
     return f"{os.cpu_count()}-core {model}{memory}"
 
 
-def record_point(workdir: Path, header: dict[str, Any],
+def record_point(workdir: storage.PathLike, header: dict[str, Any],
                  attempt: dict[str, Any] | None = None) -> None:
     """Updates ``workdir/sweep_point.json`` with ``header`` (the sweep's name, the point, its
     swept values and seeds) and adds ``attempt`` if given; written whole or not at all."""
+    workdir = storage.path(workdir)
     path = workdir / "sweep_point.json"
     record = read_json(path) or {}
     record.update(header)
@@ -113,15 +116,16 @@ def record_point(workdir: Path, header: dict[str, Any],
     if attempt is not None:
         record["attempts"].append(attempt)
     workdir.mkdir(parents=True, exist_ok=True)
-    faults.write_text_atomically(path, json.dumps(record, indent=2))
+    storage.write_atomically(path, json.dumps(record, indent=2))
 
 
-def record_attempt(workdir: Path, header: dict[str, Any], attempt: dict[str, Any]) -> None:
+def record_attempt(workdir: storage.PathLike, header: dict[str, Any],
+                   attempt: dict[str, Any]) -> None:
     """Adds an attempt to ``workdir/sweep_point.json``."""
     record_point(workdir, header, attempt)
 
 
-def last_train_record(workdir: Path) -> dict[str, Any] | None:
+def last_train_record(workdir: storage.PathLike) -> dict[str, Any] | None:
     """The last training log line of ``metrics.jsonl`` (step, loss, tokens/s, steps/s...)."""
     train = read_metrics(workdir).get("train", {})
     return train[max(train)] if train else None
@@ -131,13 +135,14 @@ def last_train_record(workdir: Path) -> dict[str, Any] | None:
 _ERROR_LINE = re.compile(r"^(error: .*|[A-Za-z_.]*(Error|Exception|Stopped|Interrupt)\b.*)$")
 
 
-def last_error(workdir: Path) -> str:
+def last_error(workdir: storage.PathLike) -> str:
     """The last error line of the run's output (``train.log``, or SLURM's ``slurm-*.out``),
     or "" when there is none."""
-    logs = sorted(workdir.glob("slurm-*.out"), key=lambda p: p.stat().st_mtime)
+    workdir = storage.path(workdir)
+    logs = sorted(workdir.glob("slurm-*.out"), key=lambda p: p.stat().mtime)
     for path in [workdir / "train.log", *logs][::-1]:
         try:
-            lines = path.read_text(errors="replace").splitlines()[-200:]
+            lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()[-200:]
         except OSError:
             continue
         for line in reversed(lines):
@@ -154,11 +159,11 @@ def read_metric_records(workdir: str | os.PathLike) -> list[dict[str, Any]]:
     """Every record of ``<workdir>/metrics.jsonl`` in order, a step logged twice (a resumed
     run) appearing twice; lines that are not whole records (the partial line of a killed
     run) are skipped, and a workdir without the file has none."""
-    path = Path(workdir) / "metrics.jsonl"
+    path = storage.path(workdir) / "metrics.jsonl"
     if not path.exists():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
@@ -193,7 +198,7 @@ def read_hold(workdir: str | os.PathLike) -> dict[str, Any] | None:
 
     The hold may be stale (its run gone without removing it): see :func:`hold_is_live`.
     """
-    hold = read_json(Path(workdir) / HOLD_FILE)
+    hold = read_json(storage.path(workdir) / HOLD_FILE)
     if not isinstance(hold, dict) or not {"host", "pid", "since", "heartbeat"} <= hold.keys():
         return None
     return hold
@@ -246,7 +251,7 @@ class Hold:
 
     def __init__(self, workdir: str | os.PathLike, enabled: bool = True,
                  heartbeat_s: float = HEARTBEAT_S):
-        self.path = Path(workdir) / HOLD_FILE
+        self.path = storage.path(workdir) / HOLD_FILE
         self.enabled = enabled
         self.heartbeat_s = heartbeat_s
         self.mine = {"host": socket.gethostname(), "pid": os.getpid(), "since": now()}
@@ -295,7 +300,7 @@ class Hold:
         return held is not None and all(held.get(k) == v for k, v in self.mine.items())
 
     def _write(self) -> None:
-        faults.write_text_atomically(self.path, json.dumps({**self.mine, "heartbeat": now()}))
+        storage.write_atomically(self.path, json.dumps({**self.mine, "heartbeat": now()}))
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
@@ -338,7 +343,7 @@ def read_config(workdir: str | os.PathLike) -> dict[str, Any] | None:
 
     Raises UserError naming the file when config.json is damaged (not a JSON object).
     """
-    path = Path(workdir) / CONFIG_FILE
+    path = storage.path(workdir) / CONFIG_FILE
     if not path.is_file():
         return None
     try:
@@ -348,7 +353,7 @@ def read_config(workdir: str | os.PathLike) -> dict[str, Any] | None:
     if not isinstance(saved, dict):
         raise UserError(f"{path}: not a JSON config (a {type(saved).__name__}, not an object "
                         "of sections)")
-    changes = Path(workdir) / CHANGES_FILE
+    changes = storage.path(workdir) / CHANGES_FILE
     if changes.is_file():
         for line in changes.read_text(encoding="utf-8").splitlines():
             try:
@@ -408,11 +413,11 @@ def remember_config(workdir: str | os.PathLike, new: dict[str, Any], resuming: b
     other changes are appended to ``config_changes.jsonl`` (config.json stays the original)
     and returned. ``write`` False (processes other than 0) checks only.
     """
-    workdir = Path(workdir)
+    workdir = storage.path(workdir)
     saved = read_config(workdir) if resuming else None  # a new run replaces any config.json
     if saved is None:
         if write:
-            faults.write_text_atomically(workdir / CONFIG_FILE, json.dumps(new, indent=2))
+            storage.write_atomically(workdir / CONFIG_FILE, json.dumps(new, indent=2))
             (workdir / CHANGES_FILE).unlink(missing_ok=True)
         return {}
     conflicts = resume_conflicts(saved, new)
@@ -423,9 +428,8 @@ def remember_config(workdir: str | os.PathLike, new: dict[str, Any], resuming: b
                         "resume with the workdir's values or train in another --workdir")
     changes = config_changes(saved, new)
     if changes and write:
-        with open(workdir / CHANGES_FILE, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"time": now(), "changes": {k: list(v) for k, v in
-                                                           changes.items()}}) + "\n")
+        storage.append_line(workdir / CHANGES_FILE, json.dumps(
+            {"time": now(), "changes": {k: list(v) for k, v in changes.items()}}))
         logging.info("settings changed since the last run of %s: %s", workdir, ", ".join(
             f"{k} {old!r} -> {value!r}" for k, (old, value) in changes.items()))
     return changes

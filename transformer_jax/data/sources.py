@@ -19,14 +19,17 @@ indexing, which is what grain needs for deterministic, resumable shuffling.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
+import pathlib
+import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
+from transformer_jax import storage
 from transformer_jax.data import corpus, text
 from transformer_jax.errors import DataError
 
@@ -117,27 +120,39 @@ class PairSource(Sequence):
 
 
 def data_dir_of(data_config: Any) -> str | None:
-    return os.path.expanduser(data_config.data_dir) if data_config.data_dir else None
+    return os.fspath(storage.path(data_config.data_dir)) if data_config.data_dir else None
 
 
 def prepare_builtin(data_dir: str | None) -> None:
     """Writes the built-in corpus as array_record if it is not there yet (a few seconds).
 
     Several processes may ask at once (the hosts of a multi-process run, the points of a
-    sweep): a lock file lets one write it while the others wait.
+    sweep): a lock file lets one write it while the others wait. TFDS cannot write
+    array_record files to a bucket: for a ``gs://`` data_dir the corpus is prepared in a
+    local temporary directory and copied up.
     """
     builder = BuiltinCorpus(data_dir=data_dir, file_format="array_record")
     if builder.is_prepared():
         return
-    lock_dir = Path(data_dir or os.path.expanduser("~/tensorflow_datasets"))
+    # The lock is a local file (a bucket has no locks): it keeps apart the processes of one
+    # machine, such as the points of a sweep launched locally.
+    where = data_dir or os.path.expanduser("~/tensorflow_datasets")
+    lock_dir = (storage.local(where) or pathlib.Path(tempfile.gettempdir()) / (
+        "transformer_jax-" + hashlib.sha1(where.encode()).hexdigest()[:12]))
     lock_dir.mkdir(parents=True, exist_ok=True)
     with open(lock_dir / ".builtin_corpus.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         builder = BuiltinCorpus(data_dir=data_dir, file_format="array_record")
-        if not builder.is_prepared():
-            tfds.disable_progress_bar()
-            builder.download_and_prepare(
+        if builder.is_prepared():
+            return
+        tfds.disable_progress_bar()
+        with tempfile.TemporaryDirectory() as tmp:
+            local = storage.local(where) or pathlib.Path(tmp)
+            BuiltinCorpus(data_dir=os.fspath(local), file_format="array_record"
+                          ).download_and_prepare(
                 download_config=tfds.download.DownloadConfig(verify_ssl=False))
+            if storage.is_remote(where):
+                storage.copy_tree(local / builder.name, storage.path(where) / builder.name)
 
 
 TEXT_FIELDS = {"train": "train_files", "validation": "eval_files", "test": "test_files"}
@@ -147,7 +162,7 @@ _TEXT_CACHE: dict[tuple, text.TextPairs] = {}
 def _cached_text(spec: str, field: str) -> text.TextPairs:
     """``text.load_pairs``, read again only when a file changes (size or modification time)."""
     paths = text.split_spec(spec, field)
-    key = (spec, field, *((p.stat().st_size, p.stat().st_mtime_ns) for p in paths))
+    key = (spec, field, *((s.length, s.mtime) for s in (p.stat() for p in paths)))
     if key not in _TEXT_CACHE:
         if len(_TEXT_CACHE) >= 3:  # a run's train, eval and test splits
             _TEXT_CACHE.pop(next(iter(_TEXT_CACHE)))

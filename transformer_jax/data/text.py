@@ -25,10 +25,10 @@ import dataclasses
 import itertools
 import logging
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 import numpy as np
 
+from transformer_jax import storage
 from transformer_jax.errors import DataError
 
 FIRST_LINES_SHOWN = 5  # line numbers quoted per kind of skipped line
@@ -86,28 +86,28 @@ class TextPairs(Sequence):
         return f"TextPairs({self.name}, {len(self)} pairs)"
 
 
-def split_spec(spec: str, field: str) -> list[Path]:
+def split_spec(spec: str, field: str) -> list[storage.Path]:
     """``"a.txt,b.txt"`` or ``"pairs.tsv"`` -> one or two paths; DataError for anything else."""
     parts = [p.strip() for p in spec.split(",")]
     if not spec.strip() or len(parts) > 2 or not all(parts):
         raise DataError(f"{field}={spec!r}: expected 'source.txt,target.txt' or 'pairs.tsv'")
-    paths = [Path(p).expanduser() for p in parts]
-    for path in paths:
+    paths = [storage.path(p) for p in parts]
+    for part, path in zip(parts, paths, strict=True):
         if not path.is_file():
-            raise DataError(f"{field}: no such file {path}")
+            raise DataError(f"{field}: no such file {part}")
     return paths
 
 
-def _lines(path: Path) -> Iterator[bytes]:
+def _lines(path: storage.Path) -> Iterator[bytes]:
     """The raw lines of a file split on b"\\n" only, without the line end (and a leading BOM)."""
-    with open(path, "rb") as f:
+    with path.open("rb") as f:
         for number, line in enumerate(f):
             if number == 0 and line.startswith(b"\xef\xbb\xbf"):
                 line = line[3:]
             yield line.rstrip(b"\n").rstrip(b"\r")
 
 
-def _raw_pairs(paths: list[Path]) -> Iterator[tuple[int, bytes, bytes]]:
+def _raw_pairs(paths: list[storage.Path]) -> Iterator[tuple[int, bytes, bytes]]:
     """(line number, source bytes, target bytes) for every line; refuses structural errors."""
     if len(paths) == 1:
         for number, line in enumerate(_lines(paths[0]), start=1):

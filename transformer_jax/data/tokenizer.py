@@ -12,12 +12,11 @@ import logging
 import os
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
 
 import numpy as np
 import sentencepiece as spm
 
-from transformer_jax import faults
+from transformer_jax import storage
 from transformer_jax.errors import DataError
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
@@ -32,11 +31,13 @@ class Tokenizer:
     """
 
     def __init__(self, model_path: str | os.PathLike):
-        self.path = Path(model_path)
-        if not self.path.is_file():
-            raise DataError(f"{self.path}: no such vocabulary file")
+        self.path = storage.path(model_path)
         try:
-            self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+            proto = self.path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            raise DataError(f"{self.path}: no such vocabulary file") from None
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=proto)
         except (RuntimeError, OSError):  # sentencepiece's parse error is a RuntimeError
             raise DataError(f"{self.path}: damaged vocabulary, not a SentencePiece model"
                             ) from None
@@ -77,7 +78,7 @@ def train_tokenizer(sentences: Iterable[str], vocab_size: int, model_path: str |
     Sentences longer than ``max_sentence_length`` bytes are left out of training (as
     SentencePiece would, silently) and their number is logged.
     """
-    model_path = Path(model_path)
+    model_path = storage.path(model_path)
     model_path.parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()
     start = time.time()
@@ -95,7 +96,7 @@ def train_tokenizer(sentences: Iterable[str], vocab_size: int, model_path: str |
         vocab_size=vocab_size, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
         character_coverage=1.0, hard_vocab_limit=False, num_threads=os.cpu_count() or 1,
         max_sentence_length=max_sentence_length, minloglevel=2)
-    faults.write_bytes_atomically(model_path, buffer.getvalue())
+    storage.write_atomically(model_path, buffer.getvalue())
     tokenizer = Tokenizer(model_path)
     logging.info("trained a %d-piece BPE vocabulary in %.1fs -> %s", tokenizer.vocab_size,
                  time.time() - start, model_path)
@@ -105,9 +106,9 @@ def train_tokenizer(sentences: Iterable[str], vocab_size: int, model_path: str |
     return tokenizer
 
 
-def vocab_path(workdir: str | os.PathLike) -> Path:
+def vocab_path(workdir: str | os.PathLike) -> storage.Path:
     """Where a run keeps its vocabulary."""
-    return Path(workdir) / "vocab" / MODEL_NAME
+    return storage.path(workdir) / "vocab" / MODEL_NAME
 
 
 def load_or_train(workdir: str | os.PathLike, sample: Iterable[str] | None, vocab_size: int,
