@@ -11,9 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from transformer_jax import config as config_lib
+from transformer_jax import config as config_lib, train, workdirs
 from transformer_jax.data import corpus, pipeline, tokenizer as tokenizer_lib
 from transformer_jax.errors import DataError
+
+from .helpers import tiny_config
 
 # Words without digits (SentencePiece splits digits off): each becomes one piece.
 WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
@@ -228,3 +230,29 @@ def test_the_builtin_corpus_gets_rows_of_64_and_wmt_keeps_max_len(builtin_pairs_
     wmt.data.row_len = 128
     assert pipeline.row_len_of(wmt, tmp_path / "wmt", pairs, tok) == 128
     assert not (tmp_path / "wmt").exists()
+
+
+@pytest.mark.slow  # ~40 s of CPU: two short runs, each compiling its steps
+def test_a_run_trains_on_rows_sized_to_the_data_and_resumes_on_them(tmp_path,
+                                                                   builtin_data_dir, caplog):
+    # The built-in corpus with room for pairs of 128 tokens: with the demo's 1,000 pieces its
+    # sentences take rows of 64.
+    config = tiny_config(builtin_data_dir, num_steps=4, log_every=2, eval_every=4,
+                         checkpoint_every=4, eval_batches=1, peak_flops=1e12)
+    config.data.update(max_len=128, vocab_size=1000, vocab_sample=1_000_000)
+    config.model.max_len = 128
+    with caplog.at_level(logging.INFO):
+        first = train.train_and_evaluate(config, tmp_path)
+    # 512 tokens a batch: 8 rows of 64 to train on; evaluation packs 4 rows of 128.
+    assert "batch 8 rows x 64 tokens on 1 device(s)" in caplog.text
+    assert json.loads(pipeline.row_len_path(tmp_path).read_text())["row_len"] == 64
+    assert 0 < first["tokens"] <= 4 * 128
+    caplog.clear()
+    config.train.num_steps = 8
+    with caplog.at_level(logging.INFO):
+        train.train_and_evaluate(config, tmp_path)
+    assert "resuming from step 4" in caplog.text
+    assert f"rows of 64 slots, as recorded in {pipeline.row_len_path(tmp_path)}" in caplog.text
+    assert "batch 8 rows x 64 tokens on 1 device(s)" in caplog.text
+    steps = workdirs.read_metrics(tmp_path)["train"]
+    assert sorted(steps) == [2, 4, 6, 8] and steps[8]["skipped_long_pairs"] == 0
