@@ -73,6 +73,8 @@ def test_dataset_is_a_field_of_its_own():
     ("train.label_smoothing", -0.1, "train.label_smoothing=-0.1 must be a number"),
     ("model.positions", "rotary", "model.positions='rotary' is not one of"),
     ("data.max_len", 1024, "data.max_len=1024 exceeds model.max_len=512"),
+    ("data.row_len", 320, "data.row_len=320 exceeds data.max_len=256"),
+    ("data.row_len", -64, "data.row_len=-64 must be an integer >= 0"),
     ("optim.eps", 0.0, "optim.eps=0.0 must be a number in (0.0, inf]"),
     ("train.visualize_sentences", (3, -1), "train.visualize_sentences=(3, -1) must be a tuple"),
 ])

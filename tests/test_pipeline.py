@@ -191,10 +191,10 @@ def test_data_for_a_config(tmp_path, builtin_data_dir, caplog):
     config = tiny_config(builtin_data_dir)
     config.optim.grad_accum_steps = 2
     with caplog.at_level(logging.INFO):
-        tok, data, rows, shape = pipeline.data_for(config, tmp_path, num_devices=2,
-                                                   process_index=0, process_count=1)
+        tok, data, rows, shape, eval_rows = pipeline.data_for(
+            config, tmp_path, num_devices=2, process_index=0, process_count=1)
     # tiny_config asks for 16 rows x 32 slots per step: 8 rows per micro-batch of 2 steps.
-    assert (rows, shape.slots_per_step) == (8, 512)
+    assert (rows, shape.slots_per_step, eval_rows) == (8, 512, 8)
     assert "8 rows x 32 slots x 2 accumulation steps = 512 slots per side" in caplog.text
     batch = next(data.iterator)
     assert batch["inputs"].shape == (8, 32)

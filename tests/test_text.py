@@ -144,7 +144,7 @@ def test_long_pairs_are_reported_with_their_lines_before_training(tmp_path, capl
     c = text_config(tmp_path, train_files=two_files(tmp_path, src, tgt),
                     eval_files=two_files(tmp_path, src[:20], tgt[:20], stem="dev"))
     with caplog.at_level(logging.WARNING):
-        tok, data, rows, _ = pipeline.data_for(c, tmp_path / "run", 1, 0, 1)
+        tok, data, rows, _, _ = pipeline.data_for(c, tmp_path / "run", 1, 0, 1)
     too_long = [n + 1 for n, (a, b) in enumerate(zip(src, tgt, strict=True))
                 if max(len(tok.encode(a)), len(tok.encode(b))) > 32]
     assert 101 in too_long

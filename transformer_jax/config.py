@@ -220,6 +220,12 @@ def base_config() -> ml_collections.ConfigDict:
     d.vocab_size = paper.VOCAB_SIZE_EN_DE  # shared source-target BPE vocabulary
     d.vocab_sample = 10_000_000  # characters per side sampled to train the vocabulary
     d.max_len = 256  # tokens per sentence; longer pairs are counted and skipped
+    # Slots per packed training row, at most max_len; pairs longer than a row are counted and
+    # skipped, as those longer than max_len are. 0: chosen once from the data when the
+    # vocabulary is built, for the built-in corpus and text files the smallest multiple of 64
+    # that holds 99.9% of a sample of pairs (recorded in <workdir>/vocab/row_len.json, so a
+    # resumed run keeps it), for WMT max_len. Evaluation keeps rows of max_len.
+    d.row_len = 0
     d.tokens_per_batch = 25_000  # per side, per optimizer step, summed over devices
     d.packing = True
     # The data is read in this many shards (0: one per process). The batches depend on it, not
@@ -503,7 +509,7 @@ INTS: dict[str, int] = {
         "train.checkpoint_every", "train.keep_checkpoints", "train.model_parallel",
         "train.max_nonfinite_in_a_row", "decode.beam_size", "decode.batch_size"], 1),
     **dict.fromkeys([
-        "model.d_k", "model.d_v", "model.num_kv_heads", "data.num_shards",
+        "model.d_k", "model.d_v", "model.num_kv_heads", "data.num_shards", "data.row_len",
         "data.shuffle_seed", "train.seed",
         "train.eval_batches", "train.devices", "train.profile_steps", "train.profile_start",
         "train.bleu_sentences", "train.bleu_every", "train.samples", "decode.max_len_offset",
@@ -564,6 +570,9 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         raise ConfigError(
             f"data.max_len={c.data.max_len} exceeds model.max_len={m.max_len}; the model "
             "has no positions beyond model.max_len")
+    if c.data.row_len > c.data.max_len:
+        raise ConfigError(f"data.row_len={c.data.row_len} exceeds data.max_len="
+                          f"{c.data.max_len}; a row holds at most the longest pair kept")
     if c.data.name == "text":
         _check_text_files(c)
     return c

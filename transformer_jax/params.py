@@ -8,8 +8,9 @@ weight (``jax.eval_shape``).
 FLOPs follow the usual accounting for training (forward + backward = 3 x forward): 6 FLOPs
 per parameter per target token for every matmul parameter (the encoder's as well as the
 decoder's, taking source and target lengths as equal; the shared embedding counted once, as
-the output projection), plus attention's two matmuls, QK^T and AV, over rows of
-``data.max_len`` tokens in each of the 3N attention blocks.
+the output projection), plus attention's two matmuls, QK^T and AV, over the rows trained on
+in each of the 3N attention blocks (here ``data.row_len``, or ``data.max_len`` when the row
+length is chosen from the data; the trainer uses the rows it chose).
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def main(argv: list[str], config_flag: Any) -> None:
         model_config = model_config_of(config)
         print(f"params: {count(param_shapes(model_config))}")
         print(f"flops_per_target_token: "
-              f"{train_flops_per_token(model_config, config.data.max_len)}")
+              f"{train_flops_per_token(model_config, config.data.row_len or config.data.max_len)}")
 
 
 if __name__ == "__main__":

@@ -229,7 +229,9 @@ class Run:
         self.global_devices = num_devices * jax.process_count()
 
         # Data and vocabulary.
-        self.tokenizer, self.data, self.rows, _ = pipeline.data_for(config, workdir, num_devices)
+        data = pipeline.data_for(config, workdir, num_devices)
+        self.tokenizer, self.data, self.rows = data.tokenizer, data.train, data.rows
+        self.row_len, self.eval_rows = data.shape.row_len, data.eval_rows
         self.eval_source = sources.get_source(config.data, "validation")
         self.writer = MetricWriter(workdir, enabled=self.is_chief)
 
@@ -249,7 +251,8 @@ class Run:
         self.nonfinite = faults.NonFiniteSteps(
             config.train.nonfinite, config.train.max_nonfinite_in_a_row,
             meta.get("nonfinite_steps", 0), meta.get("nonfinite_in_a_row", 0))
-        self.mfu = MfuMeter(config, self.model_config, self.global_devices)
+        self.mfu = MfuMeter(config, self.model_config, self.global_devices,
+                            row_len=self.row_len)
         self.checkpoint_clock = (CheckpointClock(config.train.checkpoint_every_minutes)
                                  if config.train.checkpoint_every_minutes else None)
         self.profile = Profile(workdir, config.train.profile_start * self.accum,
@@ -279,7 +282,7 @@ class Run:
         c = self.config
         logging.info("model: %s (%s scale), %d parameters, vocabulary %d, batch %d rows x %d "
                      "tokens on %d device(s), %s", c.variant, c.scale, n_params,
-                     self.tokenizer.vocab_size, self.rows, c.data.max_len, self.global_devices,
+                     self.tokenizer.vocab_size, self.rows, self.row_len, self.global_devices,
                      self.executor.kind)
 
     def _due(self, every: int) -> bool:
@@ -363,7 +366,8 @@ class Run:
 
     def _evaluate(self) -> None:
         batches = pipeline.eval_batches(self.eval_source, self.tokenizer,
-                                        max_len=self.config.data.max_len, rows=self.rows,
+                                        max_len=self.config.data.max_len,
+                                        rows=self.eval_rows,
                                         max_batches=self.config.train.eval_batches)
         self.final = evaluate.loss_over_batches(
             functools.partial(self.executor.evaluate, self.state),
@@ -457,9 +461,10 @@ class MfuMeter:
 
     def __init__(self, config: ml_collections.ConfigDict, model_config: TransformerConfig,
                  num_devices: int, probe: Callable[[], float] | None = None,
-                 reprobe: Callable[[], float] | None = None):
-        self.flops_per_token = params_lib.train_flops_per_token(model_config,
-                                                                config.data.max_len)
+                 reprobe: Callable[[], float] | None = None, row_len: int = 0):
+        # Attention's FLOPs follow the rows trained on (row_len; 0: data.max_len).
+        self.flops_per_token = params_lib.train_flops_per_token(
+            model_config, row_len or config.data.max_len)
         peak, self.source = hardware.peak_flops_per_device(config.train.peak_flops,
                                                            config.model.dtype, probe)
         self.measured = hardware.is_measured(config.train.peak_flops)

@@ -71,8 +71,8 @@ def measure_pipeline(config, workdir: Path, seconds: float) -> dict[str, float]:
 XX
     faster, waits on every chunk) before ``seconds`` of timed batches.
     """
-    _, data, rows, _ = pipeline.data_for(config, workdir, num_devices=1, process_index=0,
-                                         process_count=1)
+    _, data, rows, _, _ = pipeline.data_for(config, workdir, num_devices=1, process_index=0,
+                                            process_count=1)
     warm = 0
     while warm < 2 * pipeline.PREFETCH_CHUNKS * pipeline.CHUNK_PAIRS:
         warm += pairs_in(next(data.iterator))
@@ -168,6 +168,7 @@ def run(tmp: Path, args: argparse.Namespace) -> None:
     base.data.train_files = base.data.eval_files = str(wmt_like_tsv(tmp / "wmt_like.tsv"))
     base.data.vocab_size = 8000  # what the built-in vocabulary supports (the paper: 37,000)
     base.data.vocab_sample = 3_000_000
+    base.data.row_len = base.data.max_len  # the base shape's rows of 256, not sized to the data
     base_pipe = measure_pipeline(base, tmp / "base_pipe", args.seconds)
     base_stages = stage_costs(base, tmp / "base_pipe")
 

@@ -1,8 +1,8 @@
 """From text pairs to batches: tokenize, skip over-long pairs (counted), pack, batch (grain).
 
-Training batches are packed (``packing.py``): each row of ``max_len`` slots holds several
+Training batches are packed (``packing.py``): each row of ``row_len`` slots holds several
 sentence pairs, told apart by segment ids (1, 2, ...; 0 is padding) and restarting
-positions, which the model's masks use. A batch is a dict of int32 arrays [rows, max_len]::
+positions, which the model's masks use. A batch is a dict of int32 arrays [rows, row_len]::
 
     inputs, inputs_segment_ids, inputs_positions,
     targets, targets_segment_ids, targets_positions
@@ -14,8 +14,17 @@ at a time batches the array_record reads and SentencePiece calls, which cost far
 pair at a time.
 
 The paper's ~25,000 source and ~25,000 target tokens per step become ``rows`` rows of
-``data.max_len`` slots per side (:func:`batch_shape`): rows x max_len x grad_accum_steps is
+``row_len`` slots per side (:func:`batch_shape`): rows x row_len x grad_accum_steps is
 about ``data.tokens_per_batch``; the padding fraction of each batch is logged.
+
+The row length (:func:`row_len_of`) is ``data.row_len`` when set. Otherwise the built-in
+corpus and text files get rows sized to their sentences, chosen once when the vocabulary is
+built: the smallest multiple of 64 slots that holds 99.9% of a sample of pairs (at most
+``data.max_len``), logged and recorded next to the vocabulary, so that a resumed run keeps
+it; WMT keeps rows of ``data.max_len``. Short sentences in rows of 256 slots would pay for
+256 x 256 attention scores a row, nearly all of them masked. Training pairs longer than a
+row are counted and skipped, as those longer than ``data.max_len`` are; evaluation packs
+rows of ``data.max_len`` and truncates only beyond it.
 
 The training iterator is a grain ``DatasetIterator``: it follows the seed, and its position
 (``get_state``) is saved with every checkpoint, so a resumed run sees exactly the batches an
@@ -29,17 +38,19 @@ see disjoint parts of the split that together make all of it.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import json
 import logging
 import math
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import grain
 import numpy as np
 
+from transformer_jax import faults, storage, workdirs
 from transformer_jax.data import packing as packing_lib, sources, text, tokenizer as tokenizer_lib
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.errors import DataError
@@ -155,22 +166,22 @@ class TrainData:
         return self.iterator
 
 
-def rows_per_batch(tokens_per_batch: float, max_len: int, multiple: int) -> int:
-    """Rows of ``max_len`` slots that hold about ``tokens_per_batch`` tokens, rounded to the
+def rows_per_batch(tokens_per_batch: float, row_len: int, multiple: int) -> int:
+    """Rows of ``row_len`` slots that hold about ``tokens_per_batch`` tokens, rounded to the
     nearest positive multiple of ``multiple`` (the number of devices)."""
-    return max(1, round(tokens_per_batch / max_len / multiple)) * multiple
+    return max(1, round(tokens_per_batch / row_len / multiple)) * multiple
 
 
 @dataclasses.dataclass(frozen=True)
 class BatchShape:
-    """How ``data.tokens_per_batch`` per optimizer step becomes rows of ``max_len`` slots.
+    """How ``data.tokens_per_batch`` per optimizer step becomes rows of ``row_len`` slots.
 
     ``rows`` is the rows of one micro-batch summed over all devices and processes; an
     optimizer step sums ``grad_accum_steps`` micro-batches.
     """
 
     rows: int
-    max_len: int
+    row_len: int
     grad_accum_steps: int
     process_count: int
 
@@ -182,19 +193,20 @@ class BatchShape:
     @property
     def slots_per_step(self) -> int:
         """Token slots per side per optimizer step: an upper bound on its tokens."""
-        return self.rows * self.max_len * self.grad_accum_steps
+        return self.rows * self.row_len * self.grad_accum_steps
 
 
-def batch_shape(tokens_per_batch: int, max_len: int, grad_accum_steps: int = 1,
+def batch_shape(tokens_per_batch: int, row_len: int, grad_accum_steps: int = 1,
                 num_devices: int = 1, process_count: int = 1, num_shards: int = 0) -> BatchShape:
-    """The rows per micro-batch for about ``tokens_per_batch`` slots per optimizer step.
+    """The rows of ``row_len`` slots per micro-batch for about ``tokens_per_batch`` slots per
+    optimizer step.
 
     ``num_devices`` is the devices per process; every device gets the same whole rows, and
     so does every data shard (``num_shards``, 0: one per process).
     """
-    rows = rows_per_batch(tokens_per_batch / grad_accum_steps, max_len,
+    rows = rows_per_batch(tokens_per_batch / grad_accum_steps, row_len,
                           math.lcm(num_devices * process_count, num_shards or process_count))
-    return BatchShape(rows, max_len, grad_accum_steps, process_count)
+    return BatchShape(rows, row_len, grad_accum_steps, process_count)
 
 
 def epoch_order(num_pairs: int, seed: int, process_index: int = 0,
@@ -213,11 +225,13 @@ def train_data(source: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_l
                chunk_pairs: int = CHUNK_PAIRS) -> TrainData:
     """An endless, shuffled (reshuffled every epoch), packed stream of training batches.
 
-    ``rows`` is the number of rows per batch on this process. The data is cut into
-    ``num_shards`` shards (0: one per process), shard s holding every num_shards-th pair from
-    s; process p reads shards p, p + process_count, ... and its batch is their batches side
-    by side. The global batch therefore depends on the seed and the number of shards, not on
-    how many processes read them: 1 process reading 2 shards sees what 2 processes see.
+    ``rows`` is the number of rows per batch on this process, each of ``max_len`` slots (the
+    row length); longer pairs are skipped and counted by the returned ``length_filter``. The
+    data is cut into ``num_shards`` shards (0: one per process), shard s holding every
+    num_shards-th pair from s; process p reads shards p, p + process_count, ... and its batch
+    is their batches side by side. The global batch therefore depends on the seed and the
+    number of shards, not on how many processes read them: 1 process reading 2 shards sees
+    what 2 processes see.
     Pairs of a shard are taken in the order of :func:`epoch_order`, ``chunk_pairs`` at a
     time, and packed chunk by chunk.
     """
@@ -300,9 +314,12 @@ def pad_batch(sequences: Sequence[Sequence[int]], length: int) -> np.ndarray:
 
 
 def report_long_pairs(source: text.TextPairs, tokenizer: Tokenizer, max_len: int,
-                      chunk: int = 10_000) -> list[int]:
+                      chunk: int = 10_000, limit: str = "") -> list[int]:
     """Line numbers of the pairs of a text split with a side longer than ``max_len`` tokens
-    (end of sentence included), logged in one line; training skips these pairs."""
+    (end of sentence included), logged in one line; training skips these pairs. ``limit``
+    names the setting that bounds them in the messages (:func:`row_limit`; default
+    data.max_len)."""
+    limit = limit or f"data.max_len={max_len} tokens"
     long_lines: list[int] = []
     for start in range(0, len(source), chunk):
         pairs = source.pairs[start:start + chunk]
@@ -313,11 +330,13 @@ def report_long_pairs(source: text.TextPairs, tokenizer: Tokenizer, max_len: int
                     long_lines.append(int(source.line_numbers[start + i]))
     long_lines = sorted(set(long_lines))
     if len(long_lines) == len(source):
-        raise DataError(f"{source.name}: every pair is longer than data.max_len={max_len} "
-                        "tokens; raise data.max_len (and model.max_len)")
+        fix = ("raise data.max_len (and model.max_len)" if limit.startswith("data.max_len")
+               else "raise data.row_len (at most data.max_len)" if limit.startswith("data.")
+               else "the rows were sized to other data; train in another --workdir")
+        raise DataError(f"{source.name}: every pair is longer than {limit}; {fix}")
     if long_lines:
-        logging.warning("%s: %d of %d pairs longer than data.max_len=%d tokens are skipped in "
-                        "training (%s)", source.name, len(long_lines), len(source), max_len,
+        logging.warning("%s: %d of %d pairs longer than %s are skipped in training (%s)",
+                        source.name, len(long_lines), len(source), limit,
                         text.describe_lines(long_lines))
     return long_lines
 
@@ -336,6 +355,113 @@ def vocab_sample(source: Sequence[tuple[str, str]], max_chars: int,
     return tokenizer_lib.sample_text(pairs(), max_chars)
 
 
+# ----------------------------------------------------------------------------------------
+# The row length: rows sized to the data
+
+ROW_MULTIPLE = 64  # a row length chosen from the data is a multiple of this many slots,
+ROW_SHARE = 0.999  # the smallest that holds this share of the pairs measured
+ROW_SAMPLE_PAIRS = 20_000  # pairs measured, in the vocabulary sample's order
+# Datasets whose rows are sized to the data when data.row_len is 0. WMT keeps rows of
+# data.max_len: its pairs run long, and those rows are the paper's recipe.
+ROWS_FROM_DATA = ("builtin", "text")
+
+
+def row_len_path(workdir: storage.PathLike) -> storage.Path:
+    """Where a run records the row length chosen from its data: next to its vocabulary."""
+    return tokenizer_lib.vocab_path(workdir).with_name("row_len.json")
+
+
+def pair_lengths(source: Sequence[tuple[str, str]], tokenizer: Tokenizer,
+                 num_pairs: int = ROW_SAMPLE_PAIRS, seed: int = 0) -> np.ndarray:
+    """Tokens of the longer side (end of sentence included) of ``num_pairs`` pairs of
+    ``source`` (all of them if fewer), taken in the order of :func:`epoch_order`."""
+    order = epoch_order(len(source), seed)
+    n = min(num_pairs, len(source))
+    lengths: list[int] = []
+    for start in range(0, n, CHUNK_PAIRS):
+        indices = [order[i] for i in range(start, min(start + CHUNK_PAIRS, n))]
+        inputs, targets = encode_pairs(tokenizer, read_pairs(source, indices))
+        lengths.extend(max(len(a), len(b)) for a, b in zip(inputs, targets, strict=True))
+    return np.asarray(lengths, np.int64)
+
+
+def row_len_holding(lengths: np.ndarray, max_len: int, share: float = ROW_SHARE,
+                    multiple: int = ROW_MULTIPLE) -> int:
+    """The smallest multiple of ``multiple`` slots that holds at least ``share`` of the pairs
+    whose ``lengths`` (tokens of the longer side) are given, and at most ``max_len``."""
+    if not len(lengths):
+        raise DataError("no sentence pair to size the rows by")
+    allowed_out = math.floor((1 - share) * len(lengths) + 1e-9)  # pairs that need not fit
+    need = int(np.sort(lengths)[len(lengths) - 1 - allowed_out])
+    return min(max_len, -(-need // multiple) * multiple)
+
+
+def row_len_of(config: Any, workdir: storage.PathLike, source: Sequence[tuple[str, str]],
+               tokenizer: Tokenizer, is_chief: bool = True) -> int:
+    """The slots of a training row (see the module docstring): ``data.row_len`` when set;
+    ``data.max_len`` for datasets not in ``ROWS_FROM_DATA``; otherwise the length recorded in
+    the workdir (:func:`row_len_path`) or, the first time, :func:`row_len_holding` of
+    :func:`pair_lengths`, logged and recorded (by the chief).
+
+    The record is read, not measured again, so a resumed run keeps its rows even if the data
+    files changed. A workdir with checkpoints and no record trained on rows of data.max_len
+    (before rows were sized to the data), and keeps them.
+    """
+    d = config.data
+    if d.row_len:
+        return d.row_len
+    if d.name not in ROWS_FROM_DATA:
+        return d.max_len
+    path = row_len_path(workdir)
+    if path.exists():
+        return _recorded_row_len(path, d.max_len)
+    if faults.checkpoint_steps_on_disk(workdir):
+        row_len = d.max_len
+        record: dict[str, Any] = {"row_len": row_len, "chosen_by": "data.max_len: checkpoints "
+                                  "trained before rows were sized to the data"}
+        logging.warning("%s: no recorded row length; its checkpoints were trained on rows of "
+                        "data.max_len=%d slots, which it keeps", workdir, row_len)
+    else:
+        lengths = pair_lengths(source, tokenizer)
+        row_len = row_len_holding(lengths, d.max_len)
+        held = float(np.mean(lengths <= row_len))
+        record = {"row_len": row_len,
+                  "chosen_by": f"the smallest multiple of {ROW_MULTIPLE} slots holding "
+                               f"{ROW_SHARE:.1%} of the pairs measured, at most "
+                               f"data.max_len={d.max_len}",
+                  "pairs_measured": len(lengths), "share_held": round(held, 6),
+                  "longest_measured": int(lengths.max())}
+        logging.info("rows of %d slots, sized to the data (data.row_len=0): they hold %.2f%% "
+                     "of %d pairs measured (the longest %d tokens; data.max_len=%d); longer "
+                     "training pairs are counted and skipped", row_len, 100 * held,
+                     len(lengths), record["longest_measured"], d.max_len)
+    if is_chief:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        storage.write_atomically(path, json.dumps(record, indent=2))
+    return row_len
+
+
+def _recorded_row_len(path: storage.Path, max_len: int) -> int:
+    record = workdirs.read_json(path)
+    row_len = record.get("row_len") if isinstance(record, dict) else None
+    if isinstance(row_len, bool) or not isinstance(row_len, int) or not 1 <= row_len <= max_len:
+        raise DataError(f"{path}: damaged, no row length of 1 to data.max_len={max_len} slots "
+                        "in it; restore it or train in another --workdir")
+    logging.info("rows of %d slots, as recorded in %s", row_len, path)
+    return row_len
+
+
+def row_limit(data_config: Any, row_len: int) -> str:
+    """The setting that bounds a training pair's length, in words for the logs:
+    "data.max_len=256 tokens", "data.row_len=64 tokens" or "the 64 slots of rows sized to
+    the data"."""
+    if row_len == data_config.max_len:
+        return f"data.max_len={row_len} tokens"
+    if data_config.row_len:
+        return f"data.row_len={row_len} tokens"
+    return f"the {row_len} slots of rows sized to the data"
+
+
 class Data(NamedTuple):
     """The data side of a training run (see :func:`data_for`)."""
 
@@ -343,15 +469,17 @@ class Data(NamedTuple):
     train: TrainData
     rows: int  # rows of a micro-batch over all devices and processes
     shape: BatchShape
+    eval_rows: int  # rows of data.max_len slots of an evaluation batch (about as many tokens)
 
 
-def data_for(config: Any, workdir: str | Path, num_devices: int, process_index: int | None = None,
-             process_count: int | None = None) -> Data:
-    """The training source, shared vocabulary and batch iterator of a config.
+def data_for(config: Any, workdir: storage.PathLike, num_devices: int,
+             process_index: int | None = None, process_count: int | None = None) -> Data:
+    """The training source, shared vocabulary, row length and batch iterator of a config.
 
     The vocabulary is the workdir's, trained on ``data.vocab_sample`` characters per side the
-    first time (by process 0 only; the others wait for its file). ``num_devices`` is the
-    devices this process trains on; process index and count default to JAX's.
+    first time (by process 0 only; the others wait for its file); so is the row length
+    (:func:`row_len_of`). ``num_devices`` is the devices this process trains on; process
+    index and count default to JAX's.
     """
     if process_index is None or process_count is None:
         import jax
@@ -369,17 +497,22 @@ def data_for(config: Any, workdir: str | Path, num_devices: int, process_index: 
     tokenizer = tokenizer_lib.load_or_train(
         workdir, vocab_sample(train_source, d.vocab_sample, 0), d.vocab_size,
         is_chief=process_index == 0)
+    row_len = row_len_of(config, workdir, train_source, tokenizer,
+                         is_chief=process_index == 0)
     if isinstance(train_source, text.TextPairs):
-        report_long_pairs(train_source, tokenizer, d.max_len)
-    shape = batch_shape(d.tokens_per_batch, d.max_len, config.optim.grad_accum_steps,
-                        num_devices, process_count, d.num_shards)
+        report_long_pairs(train_source, tokenizer, row_len, limit=row_limit(d, row_len))
+    shape_of = functools.partial(batch_shape, d.tokens_per_batch,
+                                 grad_accum_steps=config.optim.grad_accum_steps,
+                                 num_devices=num_devices, process_count=process_count,
+                                 num_shards=d.num_shards)
+    shape = shape_of(row_len)
     miss = shape.slots_per_step / d.tokens_per_batch - 1
     log = logging.warning if abs(miss) > TOKENS_PER_BATCH_TOLERANCE else logging.info
     log("batches: %d rows x %d slots x %d accumulation steps = %d slots per side per step "
         "(data.tokens_per_batch=%d, %+.0f%%) over %d device(s) x %d process(es)", shape.rows,
-        d.max_len, shape.grad_accum_steps, shape.slots_per_step, d.tokens_per_batch,
+        row_len, shape.grad_accum_steps, shape.slots_per_step, d.tokens_per_batch,
         100 * miss, num_devices, process_count)
-    train = train_data(train_source, tokenizer, max_len=d.max_len, rows=shape.local_rows,
+    train = train_data(train_source, tokenizer, max_len=row_len, rows=shape.local_rows,
                        seed=d.shuffle_seed, packing=d.packing, process_index=process_index,
                        process_count=process_count, num_shards=d.num_shards)
-    return Data(tokenizer, train, shape.rows, shape)
+    return Data(tokenizer, train, shape.rows, shape, shape_of(d.max_len).rows)

@@ -15,7 +15,8 @@ the pairing. Bad input is handled in one of two ways, and never silently:
   different line counts, a TSV line without exactly one tab, a split with no usable pair;
 * skipped, counted, and reported in one line at the end of loading, with the first line
   numbers of each kind: pairs with an empty (or all-blank) side, and lines that are not valid
-  UTF-8. Pairs too long for ``data.max_len`` tokens are counted once the vocabulary exists
+  UTF-8. Pairs too long for a training row (``data.max_len`` tokens, or fewer where the rows
+  are sized to the data) are counted once the vocabulary exists
   (``pipeline.report_long_pairs``) and skipped by the training pipeline's length filter.
 """
 
