@@ -65,7 +65,7 @@ fsspec.config.conf.setdefault("gcs", {}).setdefault("use_listings_cache", False)
 
 
 def is_remote(p: PathLike) -> bool:
-    """Whether ``p`` names an object in a bucket (``gs://``, ``s3://``)."""
+    """Whether ``p`` names an object in a bucket (``gs://``)."""
     return os.fspath(p).startswith(REMOTE_SCHEMES)
 
 

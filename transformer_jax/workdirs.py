@@ -269,7 +269,8 @@ class Hold:
                 raise self._in_use(held)
             logging.warning("taking over %s from a run that is gone: %s, last heartbeat %s",
                             workdir, describe_hold(held), held.get("heartbeat"))
-        # FileNotFoundError: another run renamed the shared temporary file first.
+        # Two runs starting at once each write their own file; the read below tells which
+        # one won.
         with contextlib.suppress(FileNotFoundError):
             self._write()
         held = read_hold(workdir)
