@@ -47,18 +47,22 @@ def test_a_stop_signal_is_noted_and_the_handlers_restored(signum):
 
 
 def test_a_second_sigint_interrupts_at_once():
-    before = signal.getsignal(signal.SIGINT)
-    with pytest.raises(KeyboardInterrupt), faults.StopSignals() as signals:
-        os.kill(os.getpid(), signal.SIGINT)
-        # Python runs a handler once for signals that arrive before it runs: the second
-        # signal is sent once the first was handled, as a second Ctrl-C would be.
-        deadline = time.time() + 10
-        while signals.received is None and time.time() < deadline:
-            time.sleep(0.001)
-        assert signals.received == "SIGINT"
-        os.kill(os.getpid(), signal.SIGINT)  # the default action: KeyboardInterrupt
-        time.sleep(1)  # the handler runs at the next bytecode; never reached
-    assert signal.getsignal(signal.SIGINT) is before
+    # From Python's own SIGINT handler: an earlier test or library may have left another.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt), faults.StopSignals() as signals:
+            os.kill(os.getpid(), signal.SIGINT)
+            # Python runs a handler once for signals that arrive before it runs: the second
+            # signal is sent once the first was handled, as a second Ctrl-C would be.
+            deadline = time.time() + 10
+            while signals.received is None and time.time() < deadline:
+                time.sleep(0.001)
+            assert signals.received == "SIGINT"
+            os.kill(os.getpid(), signal.SIGINT)  # the default action: KeyboardInterrupt
+            time.sleep(1)  # the handler runs at the next bytecode; never reached
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_multiprocess_runs_leave_sigterm_to_jax():
