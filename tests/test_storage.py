@@ -44,6 +44,20 @@ def test_a_log_in_a_bucket_is_rewritten_whole_when_flushed(bucket):
     assert workdirs.read_metric_records(path.parent) == [{"split": "train", "step": 5}]
 
 
+def test_a_local_log_ends_a_killed_writers_partial_line_and_appends(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2, "lo')
+    with storage.LineLog(path) as log:
+        log.write('{"step": 3}\n')
+        log.flush()
+        assert path.read_text().endswith('"lo\n{"step": 3}\n')  # on disk at each flush
+    storage.append_line(path, '{"step": 4}')
+    assert path.read_text().splitlines() == ['{"step": 1}', '{"step": 2, "lo', '{"step": 3}',
+                                             '{"step": 4}']
+    storage.append_line(tmp_path / "new.jsonl", "x")
+    assert (tmp_path / "new.jsonl").read_text() == "x\n"
+
+
 def test_a_missing_bucket_and_an_unsupported_scheme_are_named_in_one_line(gcs_server):
     with pytest.raises(UserError, match=r"^workdir gs://no-such-bucket-here/run is not "
                                         r"writable: the bucket does not exist \("):

@@ -177,14 +177,20 @@ class LineLog:
         self.flush_s = flush_s
         self._written = -float("inf")
         self._dirty = False
-        existing = self.path.read_bytes() if self.path.exists() else b""
-        ending = b"" if binary or not existing or existing.endswith(b"\n") else b"\n"
         self._file: IO[bytes] | None = None
-        if is_remote(self.path):
-            self._parts = [existing + ending]
-        else:
-            self._file = open(self.path, "ab")  # noqa: SIM115 -- closed by close()
-            self._file.write(ending)
+        if is_remote(self.path):  # the object's content is kept, to be written back whole
+            existing = self.path.read_bytes() if self.path.exists() else b""
+            self._parts = [existing + self._line_end(existing[-1:])]
+        else:  # only the last byte of a local file is read
+            self._file = open(self.path, "ab+")  # noqa: SIM115 -- closed by close()
+            if self._file.tell():
+                self._file.seek(-1, os.SEEK_END)
+                self._file.write(self._line_end(self._file.read(1)))
+
+    def _line_end(self, last_byte: bytes) -> bytes:
+        """The newline that ends a text file's partial last line (``last_byte`` its last
+        byte), or nothing."""
+        return b"\n" if not self.binary and last_byte not in (b"", b"\n") else b""
 
     def write(self, data: str | bytes) -> None:
         data = data.encode("utf-8") if isinstance(data, str) else data

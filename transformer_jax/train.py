@@ -404,7 +404,7 @@ class Run:
                                              self.writer, step, self.workdir, self.is_chief))
         if self.is_chief:
             storage.write_atomically(self.workdir / "final_metrics.json",
-                                         json.dumps({"step": step, **final}, indent=2))
+                                     json.dumps({"step": step, **final}, indent=2))
             self.writer.hparams(_hparams(c, self.workdir),
                                 {**final, "dev_bleu": self.dev_bleu}, step)
         self.close()

@@ -146,13 +146,18 @@ def prepare_builtin(data_dir: str | None) -> None:
         if builder.is_prepared():
             return
         tfds.disable_progress_bar()
+        if not storage.is_remote(where):
+            _prepare_builtin_in(where)
+            return
         with tempfile.TemporaryDirectory() as tmp:
-            local = storage.local(where) or pathlib.Path(tmp)
-            BuiltinCorpus(data_dir=os.fspath(local), file_format="array_record"
-                          ).download_and_prepare(
-                download_config=tfds.download.DownloadConfig(verify_ssl=False))
-            if storage.is_remote(where):
-                storage.copy_tree(local / builder.name, storage.path(where) / builder.name)
+            _prepare_builtin_in(tmp)
+            storage.copy_tree(pathlib.Path(tmp) / builder.name,
+                              storage.path(where) / builder.name)
+
+
+def _prepare_builtin_in(local_dir: str) -> None:
+    BuiltinCorpus(data_dir=local_dir, file_format="array_record").download_and_prepare(
+        download_config=tfds.download.DownloadConfig(verify_ssl=False))
 
 
 TEXT_FIELDS = {"train": "train_files", "validation": "eval_files", "test": "test_files"}
