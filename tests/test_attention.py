@@ -16,10 +16,10 @@ V3 = [[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]
 
 def attend(q, k, v, mask=None):
     """[n, d] arrays as one batch and one head."""
-    as4 = lambda x: jnp.asarray(x, jnp.float32)[None, :, None, :]  # noqa: E731
+    as4 = lambda x: jnp.asarray(x, jnp.float32)[None, None]  # noqa: E731
     out, weights = attention.dot_product_attention(as4(q), as4(k), as4(v), mask,
                                                    return_weights=True)
-    return np.asarray(out[0, :, 0]), np.asarray(weights[0, 0])
+    return np.asarray(out[0, 0]), np.asarray(weights[0, 0])
 
 
 def test_seed_example_three_tokens():
@@ -36,11 +36,11 @@ def test_seed_example_cross_attention_has_one_row_per_query():
 @pytest.mark.parametrize("num_keys", [1, 3, 7, 50])
 def test_cross_attention_rows_follow_queries_not_keys(num_keys):
     rng = np.random.default_rng(num_keys)
-    q = rng.normal(size=(2, 5, 4, 8)).astype(np.float32)
-    k = rng.normal(size=(2, num_keys, 4, 8)).astype(np.float32)
-    v = rng.normal(size=(2, num_keys, 4, 6)).astype(np.float32)
+    q = rng.normal(size=(2, 4, 5, 8)).astype(np.float32)
+    k = rng.normal(size=(2, 4, num_keys, 8)).astype(np.float32)
+    v = rng.normal(size=(2, 4, num_keys, 6)).astype(np.float32)
     out, _ = attention.dot_product_attention(q, k, v)
-    assert out.shape == (2, 5, 4, 6)
+    assert out.shape == (2, 4, 5, 6)
 
 
 def test_seed_example_softmax():
@@ -65,7 +65,7 @@ def test_mask_padding_causal_and_segments():
 
 def test_masked_positions_get_zero_weight_and_rows_sum_to_one():
     rng = np.random.default_rng(0)
-    q = rng.normal(size=(2, 6, 3, 4)).astype(np.float32)
+    q = rng.normal(size=(2, 3, 6, 4)).astype(np.float32)
     seg = jnp.array([[1, 1, 1, 2, 2, 0], [1, 1, 1, 1, 0, 0]])
     mask = attention.make_mask(seg, seg, causal=True)
     _, weights = attention.dot_product_attention(q, q, q, mask, return_weights=True)
@@ -80,19 +80,19 @@ def test_masked_positions_get_zero_weight_and_rows_sum_to_one():
 
 def test_grouped_query_attention_equals_repeated_heads():
     rng = np.random.default_rng(1)
-    q = rng.normal(size=(1, 4, 8, 16)).astype(np.float32)
-    k = rng.normal(size=(1, 6, 2, 16)).astype(np.float32)
-    v = rng.normal(size=(1, 6, 2, 16)).astype(np.float32)
+    q = rng.normal(size=(1, 8, 4, 16)).astype(np.float32)
+    k = rng.normal(size=(1, 2, 6, 16)).astype(np.float32)
+    v = rng.normal(size=(1, 2, 6, 16)).astype(np.float32)
     grouped, _ = attention.dot_product_attention(q, k, v)
-    full, _ = attention.dot_product_attention(q, jnp.repeat(k, 4, axis=2),
-                                              jnp.repeat(v, 4, axis=2))
+    full, _ = attention.dot_product_attention(q, jnp.repeat(k, 4, axis=1),
+                                              jnp.repeat(v, 4, axis=1))
     np.testing.assert_allclose(grouped, full, atol=1e-5)
 
 
 def test_attention_dropout_zeroes_and_rescales():
     q = jnp.ones((1, 1, 1, 4))
-    k = jnp.ones((1, 1000, 1, 4))
-    v = jnp.ones((1, 1000, 1, 1))
+    k = jnp.ones((1, 1, 1000, 4))
+    v = jnp.ones((1, 1, 1000, 1))
     out, _ = attention.dot_product_attention(q, k, v, dropout_rate=0.5,
                                              dropout_rng=jax.random.key(0))
     # Uniform weights 1/1000; half dropped, the rest doubled: the mean survives.
@@ -109,10 +109,22 @@ REAL = np.asarray(SEGMENTS) > 0
 
 
 def qkv(seed, q_len=37, kv_len=37, heads=4, kv_heads=2, d_k=8, d_v=6):
-    """Random [b, q, h, d_k], [b, k, h_kv, d_k], [b, k, h_kv, d_v] (grouped: 2 queries/head)."""
+    """Random [b, h, q, d_k], [b, h_kv, k, d_k], [b, h_kv, k, d_v] (grouped: 2 queries/head)."""
     rng = np.random.default_rng(seed)
     normal = lambda *shape: jnp.asarray(rng.normal(size=(2, *shape)), jnp.float32)  # noqa: E731
-    return normal(q_len, heads, d_k), normal(kv_len, kv_heads, d_k), normal(kv_len, kv_heads, d_v)
+    return normal(heads, q_len, d_k), normal(kv_heads, kv_len, d_k), normal(kv_heads, kv_len, d_v)
+
+
+def by_token(x):
+    """[b, h, n, d] -> [b, n, h, d], so that a [b, n] boolean picks rows."""
+    return np.asarray(x).swapaxes(1, 2)
+
+
+def blockwise_kernel(q_seg, kv_seg, **kwargs):
+    """blockwise_attention, which works on [b, n, h, d], on head-major arrays."""
+    tm = attention.token_major
+    return lambda q, k, v: tm(attention.blockwise_attention(  # noqa: E731
+        tm(q), tm(k), tm(v), q_seg, kv_seg, **kwargs))
 
 
 def dense(q, k, v, q_seg, kv_seg, causal=False, q_offset=0, window=None):
@@ -130,7 +142,7 @@ def value_and_grads(kernel, q, k, v, weights):
 def assert_same(a, b, rows=None, atol=1e-5):
     (out_a, grads_a), (out_b, grads_b) = a, b
     rows = slice(None) if rows is None else rows
-    np.testing.assert_allclose(out_a[rows], out_b[rows], atol=atol)
+    np.testing.assert_allclose(by_token(out_a)[rows], by_token(out_b)[rows], atol=atol)
     for name, ga, gb in zip("qkv", grads_a, grads_b, strict=True):
         np.testing.assert_allclose(ga, gb, atol=atol, err_msg=f"d/d{name}")
 
@@ -154,11 +166,12 @@ def largest_intermediate(fn, *args) -> int:
 @pytest.mark.parametrize("causal", [False, True])
 def test_blockwise_equals_dense_with_padding_segments_and_grouped_heads(causal):
     q, k, v = qkv(2)
-    weights = jax.random.normal(jax.random.key(0), (2, 37, 4, 6))
-    blockwise = lambda q, k, v: attention.blockwise_attention(  # noqa: E731
-        q, k, v, SEGMENTS, SEGMENTS, causal=causal, block_size=8)
+    # The loss reads real queries only, as the model's do: a padding query's gradient in the
+    # dense kernel is that of unmasked attention (its bias is the same for every key).
+    weights = jax.random.normal(jax.random.key(0), (2, 4, 37, 6)) * REAL[:, None, :, None]
+    blockwise = blockwise_kernel(SEGMENTS, SEGMENTS, causal=causal, block_size=8)
     reference = lambda q, k, v: dense(q, k, v, SEGMENTS, SEGMENTS, causal)  # noqa: E731
-    # Every row, padding queries included: they too spread their weight as the dense kernel.
+    # Outputs of every row, padding queries included: they too spread their weight evenly.
     assert_same(value_and_grads(blockwise, q, k, v, weights),
                 value_and_grads(reference, q, k, v, weights))
 
@@ -167,9 +180,9 @@ def test_blockwise_cross_attention_with_more_keys_than_queries():
     q, k, v = qkv(3, q_len=13, kv_len=29)
     q_seg = jnp.array([[1] * 13, [1] * 9 + [0] * 4])
     kv_seg = jnp.array([[1] * 29, [1] * 20 + [0] * 9])
-    weights = jax.random.normal(jax.random.key(1), (2, 13, 4, 6))
-    blockwise = lambda q, k, v: attention.blockwise_attention(  # noqa: E731
-        q, k, v, q_seg, kv_seg, block_size=8)
+    weights = jax.random.normal(jax.random.key(1), (2, 4, 13, 6))
+    weights *= np.asarray(q_seg)[:, None, :, None]  # real queries only
+    blockwise = blockwise_kernel(q_seg, kv_seg, block_size=8)
     assert_same(value_and_grads(blockwise, q, k, v, weights),
                 value_and_grads(lambda q, k, v: dense(q, k, v, q_seg, kv_seg), q, k, v, weights))
 
@@ -180,17 +193,17 @@ def test_blockwise_decoding_one_query_against_the_cache(step):
     # are still empty (the causal mask at q_offset hides them), the offset a traced value.
     q, k, v = qkv(4, q_len=1, kv_len=24)
     ones_q, ones_kv = jnp.ones((2, 1), jnp.int32), jnp.ones((2, 24), jnp.int32)
-    blockwise = jax.jit(lambda i: attention.blockwise_attention(
-        q, k, v, ones_q, ones_kv, causal=True, q_offset=i, block_size=8))
+    blockwise = jax.jit(lambda i: blockwise_kernel(
+        ones_q, ones_kv, causal=True, q_offset=i, block_size=8)(q, k, v))
     np.testing.assert_allclose(blockwise(step), dense(q, k, v, ones_q, ones_kv, True, step),
                                atol=1e-5)
 
 
 def test_blockwise_never_holds_an_n_by_n_array():
     n, heads, d_k = 256, 2, 8
-    x, seg = jnp.ones((1, n, heads, d_k)), jnp.ones((1, n), jnp.int32)
+    x, seg = jnp.ones((1, heads, n, d_k)), jnp.ones((1, n), jnp.int32)
     train = lambda kernel: jax.grad(  # noqa: E731
-        lambda x: attention.attend(kernel, x, x, x, seg, seg, block_size=32).sum())
+        lambda x: attention.attend(kernel, x, x, x, seg, seg, block_size=32)[0].sum())
     assert largest_intermediate(train("dense"), x) == heads * n * n
     # Forward and backward: nothing larger than the inputs themselves (O(n d)).
     assert largest_intermediate(train("blockwise"), x) == heads * n * d_k
@@ -201,7 +214,7 @@ def test_blockwise_never_holds_an_n_by_n_array():
 def test_local_equals_dense_with_a_band_mask(causal, window, block_size):
     q, k, v = qkv(5, kv_heads=4)
     # Padding queries see nothing and their outputs are never read: the loss skips them.
-    weights = jax.random.normal(jax.random.key(2), (2, 37, 4, 6)) * REAL[..., None, None]
+    weights = jax.random.normal(jax.random.key(2), (2, 4, 37, 6)) * REAL[:, None, :, None]
     local = lambda q, k, v: attention.local_attention(  # noqa: E731
         q, k, v, SEGMENTS, SEGMENTS, window=window, causal=causal, block_size=block_size)
     banded = lambda q, k, v: dense(q, k, v, SEGMENTS, SEGMENTS, causal, window=window)  # noqa: E731
@@ -228,7 +241,7 @@ def test_local_decoding_slices_only_the_window(causal, step):
     np.testing.assert_allclose(local(step), dense(q, k, v, ones_q, ones_kv, causal, step, 4),
                                atol=1e-5)
     # It slices 2r + 1 = 9 keys (causal: r + 1 = 5) of the 30 out of the cache, and that slice,
-    # [b, width, h_kv, d_k], is the largest array it makes: never [b, 30, ...].
+    # [b, h_kv, width, d_k], is the largest array it makes: never [b, h_kv, 30, ...].
     width = 5 if causal else 9
     assert largest_intermediate(local, step) == 2 * width * 2 * 8
 
@@ -237,9 +250,9 @@ def test_local_work_grows_with_r_times_n():
     heads, d_k, r = 2, 8, 16
     sizes = []
     for n in (256, 512):
-        x, seg = jnp.ones((1, n, heads, d_k)), jnp.ones((1, n), jnp.int32)
+        x, seg = jnp.ones((1, heads, n, d_k)), jnp.ones((1, n), jnp.int32)
         sizes.append(largest_intermediate(jax.grad(lambda x, seg=seg: attention.attend(
-            "local", x, x, x, seg, seg, window=r).sum()), x))
+            "local", x, x, x, seg, seg, window=r)[0].sum()), x))
     # The largest array is the scores of every query against its 3r reachable keys.
     assert sizes == [heads * 256 * 3 * r, heads * 512 * 3 * r]
 
@@ -250,9 +263,10 @@ def test_cudnn_kernel_falls_back_to_xla_off_gpu_with_one_log_line(causal, caplog
     monkeypatch.setattr(attention, "_logged", set())
     q, k, v = qkv(7, d_v=8)
     with caplog.at_level(logging.INFO, logger="transformer_jax.attention"):
-        fused = [attention.attend("cudnn", q, k, v, SEGMENTS, SEGMENTS, causal=causal)
+        fused = [attention.attend("cudnn", q, k, v, SEGMENTS, SEGMENTS, causal=causal)[0]
                  for _ in range(2)]
-    np.testing.assert_allclose(fused[1][REAL], dense(q, k, v, SEGMENTS, SEGMENTS, causal)[REAL],
+    np.testing.assert_allclose(by_token(fused[1])[REAL],
+                               by_token(dense(q, k, v, SEGMENTS, SEGMENTS, causal))[REAL],
                                atol=1e-5)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 1 and "needs a GPU" in lines[0] and "XLA" in lines[0]

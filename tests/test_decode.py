@@ -300,9 +300,9 @@ def test_beams_share_their_sentences_cross_attention_keys_and_values(params):
 
     shared_step, shared = decode.cached_step(params, TINY, encoded, segments, max_len, beams=k)
     layer = shared["decoder"]["layer_0"]
-    assert layer["cross_attention"]["cross_key"].shape == (2, 7, 4, 8)  # [b, s, h, d_k]
-    assert layer["cross_attention"]["cross_value"].shape == (2, 7, 4, 8)
-    assert layer["self_attention"]["cached_key"].shape == (2 * k, max_len, 4, 8)
+    assert layer["cross_attention"]["cross_key"].shape == (2, 4, 7, 8)  # [b, h, s, d_k]
+    assert layer["cross_attention"]["cross_value"].shape == (2, 4, 7, 8)
+    assert layer["self_attention"]["cached_key"].shape == (2 * k, 4, max_len, 8)
     per_beam_step, per_beam = decode.cached_step(params, TINY, jnp.repeat(encoded, k, 0),
                                                  jnp.repeat(segments, k, 0), max_len)
     assert per_beam["decoder"]["layer_0"]["cross_attention"]["cross_key"].shape[0] == 2 * k

@@ -235,11 +235,11 @@ def test_grouped_key_value_heads_shrink_the_decoding_cache(num_kv_heads):
         p, config, *decode.encode(p, config, src), max_len=12), params["params"])
     layer = cache["decoder"]["layer_0"]
     kv_heads = num_kv_heads or 4
-    # [b, max_len, h_kv, d_k]: 4 query heads share 4 (the paper's), 2 (grouped) or 1
-    # (multi-query) key/value heads; the cross-attention's [b, s, h_kv, d_k] likewise.
-    assert layer["self_attention"]["cached_key"].shape == (2, 12, kv_heads, 8)
-    assert layer["self_attention"]["cached_value"].shape == (2, 12, kv_heads, 8)
-    assert layer["cross_attention"]["cross_key"].shape == (2, 7, kv_heads, 8)
+    # [b, h_kv, max_len, d_k]: 4 query heads share 4 (the paper's), 2 (grouped) or 1
+    # (multi-query) key/value heads; the cross-attention's [b, h_kv, s, d_k] likewise.
+    assert layer["self_attention"]["cached_key"].shape == (2, kv_heads, 12, 8)
+    assert layer["self_attention"]["cached_value"].shape == (2, kv_heads, 12, 8)
+    assert layer["cross_attention"]["cross_key"].shape == (2, kv_heads, 7, 8)
     cache_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
     counters = 2 * 4 + 4  # each layer's cache index and the position
     assert cache_bytes - counters == 2 * 2 * (2 * 12 + 2 * 7) * kv_heads * 8 * 4

@@ -5,7 +5,8 @@ before the softmax. Masks are never passed around as n x n arrays: a kernel rece
 ids (0 marks padding; packed sequences get 1, 2, ...) and a causal flag, and builds the mask
 where it needs it, so XLA fuses it into the softmax.
 
-Four kernels compute it (``model.attention`` picks one, :func:`attend` dispatches):
+Four kernels compute it (``model.attention`` picks one; :func:`attend`, the model's one call,
+runs it, or the dense kernel when weights are wanted):
 
 * ``dense``: :func:`dot_product_attention`, the paper's: one n x n matrix per head, O(n^2)
   memory. The only kernel that can hand back the attention weights.
@@ -18,7 +19,9 @@ Four kernels compute it (``model.attention`` picks one, :func:`attend` dispatche
   kernel on a GPU, XLA's elsewhere.
 
 Shapes: b = batch, q = query length, k = key length, h = heads, h_kv = key/value heads
-(h_kv < h: grouped queries), d_k / d_v = head widths.
+(h_kv < h: grouped queries), d_k / d_v = head widths. The model's arrays are head-major,
+[b, h, q, d_k], as its projections emit them; the blockwise kernel works on [b, q, h, d_k]
+internally (``attend`` swaps the axes for it).
 Of the project it imports only the dropout mask.
 """
 
@@ -33,7 +36,9 @@ import jax.numpy as jnp
 from transformer_jax.dropout import dropout
 
 # Added to masked logits. Finite, so that a fully masked row (a padding query) gives a
-# uniform distribution instead of NaN; real queries always see at least themselves.
+# uniform distribution instead of NaN; real queries always see at least themselves. (Such a
+# row's gradient is then unmasked attention's, the bias being the same for every key: no
+# loss reads it, padding being excluded from every loss.)
 MASK_VALUE = -1e10
 
 
@@ -65,33 +70,53 @@ def dot_product_attention(
 ) -> tuple[jax.Array, jax.Array | None]:
     """softmax(Q K^T / sqrt(d_k)) V over every head.
 
+    Head-major, as the projections emit them, so that both products are batched matmuls over
+    (batch, head) with no transpose. The mask is added to the logits as a bias (0 where
+    allowed, :data:`MASK_VALUE` elsewhere), built once at [b, 1, q, k] and broadcast over the
+    heads: the softmax's backward then passes through the addition untouched.
+
     Args:
-      q: [b, q, h, d_k] queries.
-      k: [b, k, h_kv, d_k] keys; h must be a multiple of h_kv (h_kv < h: grouped queries).
-      v: [b, k, h_kv, d_v] values.
+      q: [b, h, q, d_k] queries.
+      k: [b, h_kv, k, d_k] keys; h must be a multiple of h_kv (h_kv < h: grouped queries).
+      v: [b, h_kv, k, d_v] values.
       mask: boolean, broadcastable to [b, h, q, k]; False positions get zero weight.
       dropout_rate, dropout_rng, dropout_impl: dropout on the attention weights (training
         only; dropout.keep_mask makes the mask).
       return_weights: also return the weights [b, h, q, k] (after masking, before dropout).
 
     Returns:
-      ([b, q, h, d_v] outputs, weights or None).
+      ([b, h, q, d_v] outputs, weights or None).
     """
-    b, q_len, h, _ = q.shape
-    h_kv = k.shape[2]
-    group = h // h_kv
-    qg = _scaled_groups(q, h_kv)
-    logits = jnp.einsum("bqhgd,bkhd->bhgqk", qg, k, preferred_element_type=jnp.float32)
+    b, h, q_len, _ = q.shape
+    h_kv, k_len = k.shape[1], k.shape[2]
+    logits = jnp.einsum("bhgqd,bhkd->bhgqk", _scaled_groups_head_major(q, h_kv), k,
+                        preferred_element_type=jnp.float32)
     if mask is not None:
-        mask = jnp.broadcast_to(mask, (b, h, q_len, k.shape[1])).reshape(
-            b, h_kv, group, q_len, k.shape[1])
-        logits = jnp.where(mask, logits, MASK_VALUE)
+        mask = jnp.asarray(mask)
+        if mask.ndim == 4 and mask.shape[1] == 1:  # one mask for every head: [b, 1, 1, q, k]
+            mask = mask[:, :, None]
+        else:
+            mask = jnp.broadcast_to(mask, (b, h, q_len, k_len)).reshape(
+                b, h_kv, h // h_kv, q_len, k_len)
+        logits = logits + jnp.where(mask, 0.0, MASK_VALUE).astype(jnp.float32)
     weights = jax.nn.softmax(logits, axis=-1)
-    shown = weights.reshape(b, h, q_len, k.shape[1]) if return_weights else None
+    shown = weights.reshape(b, h, q_len, k_len) if return_weights else None
     if dropout_rate > 0.0 and dropout_rng is not None:
         weights = dropout(weights, dropout_rate, dropout_rng, dropout_impl)
-    out = jnp.einsum("bhgqk,bkhd->bqhgd", weights.astype(v.dtype), v)
-    return out.reshape(b, q_len, h, v.shape[-1]), shown
+    out = jnp.einsum("bhgqk,bhkd->bhgqd", weights.astype(v.dtype), v)
+    return out.reshape(b, h, q_len, v.shape[-1]), shown
+
+
+def _scaled_groups_head_major(q: jax.Array, h_kv: int) -> jax.Array:
+    """[b, h, q, d_k] -> [b, h_kv, g, q, d_k] times 1/sqrt(d_k): the query heads grouped by
+    the key/value head they share (a reshape: the heads of a group are adjacent)."""
+    b, h, n, d_k = q.shape
+    return q.reshape(b, h_kv, h // h_kv, n, d_k) * jnp.asarray(d_k ** -0.5, q.dtype)
+
+
+def token_major(x: jax.Array) -> jax.Array:
+    """[b, h, n, d] <-> [b, n, h, d]: the layout of the blockwise and fused kernels."""
+    return jnp.swapaxes(x, 1, 2)
 
 
 KERNELS = ("dense", "blockwise", "local", "cudnn")
@@ -340,18 +365,18 @@ def local_attention(
     reach of the queries are sliced out instead: O(r) per decoded token.
 
     Args:
-      q: [b, q, h, d_k]; k: [b, k, h_kv, d_k]; v: [b, k, h_kv, d_v].
+      q: [b, h, q, d_k]; k: [b, h_kv, k, d_k]; v: [b, h_kv, k, d_v].
       q_segment_ids: [b, q]; kv_segment_ids: [b, k] (0 = padding).
       window: r >= 0.
 
     Returns:
-      [b, q, h, d_v].
+      [b, h, q, d_v].
     """
-    nq, nk = q.shape[1], k.shape[1]
+    nq, nk = q.shape[2], k.shape[2]
     if not (isinstance(q_offset, int) and q_offset == 0 and nq == nk):
         return _local_sliced(q, k, v, q_segment_ids, kv_segment_ids, window, causal, q_offset)
-    b, _, h, d_k = q.shape
-    h_kv, d_v = k.shape[2], v.shape[-1]
+    b, h, _, d_k = q.shape
+    d_v = v.shape[-1]
     size = max(1, min(block_size or window, nq))
     reach = -(-window // size)  # neighbouring key blocks on each side
     before, after = reach, 0 if causal else reach
@@ -365,30 +390,35 @@ def local_attention(
         taps = [x[:, i:i + nb] for i in range(before + after + 1)]
         return jnp.concatenate(taps, axis=2)
 
-    k_win, v_win, kv_seg_win = windows(k), windows(v), windows(kv_segment_ids)
+    def blocks(x: jax.Array) -> jax.Array:
+        """[b, nb, n, h, d] -> [b * nb, h, n, d]: each block a batch row of the dense kernel."""
+        return token_major(x.reshape(b * nb, *x.shape[2:]))
+
+    k_win, v_win = windows(token_major(k)), windows(token_major(v))
+    kv_seg_win = windows(kv_segment_ids)
     width = k_win.shape[2]
     q_pos = jnp.arange(nb * size).reshape(nb, size)
     k_pos = (jnp.arange(nb)[:, None] - before) * size + jnp.arange(width)[None, :]
     q_seg = _pad_axis1(q_segment_ids, 0, tail).reshape(b, nb, size)
     allowed = _allowed(q_seg, kv_seg_win, q_pos, k_pos, causal, window)  # [b, nb, size, W]
-    out, _ = dot_product_attention(
-        _pad_axis1(q, 0, tail).reshape(b * nb, size, h, d_k),
-        k_win.reshape(b * nb, width, h_kv, d_k), v_win.reshape(b * nb, width, h_kv, d_v),
-        allowed.reshape(b * nb, 1, size, width))
-    return out.reshape(b, nb * size, h, d_v)[:, :nq]
+    q_blocks = _pad_axis1(token_major(q), 0, tail).reshape(b, nb, size, h, d_k)
+    out, _ = dot_product_attention(blocks(q_blocks), blocks(k_win), blocks(v_win),
+                                   allowed.reshape(b * nb, 1, size, width))
+    out = token_major(out).reshape(b, nb * size, h, d_v)[:, :nq]
+    return token_major(out)
 
 
 def _local_sliced(q, k, v, q_segment_ids, kv_segment_ids, window, causal, q_offset):
     """Local attention for queries at q_offset .. q_offset + q - 1 (maybe traced): only the
     q + 2r keys (q + r if causal) within reach are sliced out of k and v."""
-    nq, nk = q.shape[1], k.shape[1]
+    nq, nk = q.shape[2], k.shape[2]
     width = min(nq + (1 if causal else 2) * window, nk)
     start = jnp.clip(jnp.asarray(q_offset) - window, 0, nk - width)
-    take = lambda x: jax.lax.dynamic_slice_in_dim(x, start, width, axis=1)  # noqa: E731
+    take = lambda x, axis: jax.lax.dynamic_slice_in_dim(x, start, width, axis)  # noqa: E731
     q_pos = jnp.arange(nq) + q_offset
     k_pos = jnp.arange(width) + start
-    allowed = _allowed(q_segment_ids, take(kv_segment_ids), q_pos, k_pos, causal, window)
-    out, _ = dot_product_attention(q, take(k), take(v), allowed[:, None])
+    allowed = _allowed(q_segment_ids, take(kv_segment_ids, 1), q_pos, k_pos, causal, window)
+    out, _ = dot_product_attention(q, take(k, 2), take(v, 2), allowed[:, None])
     return out
 
 
@@ -413,10 +443,10 @@ def fused_attention(
     implementation, after one log line saying so. The mask is :func:`make_mask`'s.
 
     Args:
-      q: [b, q, h, d]; k, v: [b, k, h_kv, d] (cuDNN needs d_k == d_v).
+      q: [b, h, q, d]; k, v: [b, h_kv, k, d] (cuDNN needs d_k == d_v).
 
     Returns:
-      [b, q, h, d] in v's dtype.
+      [b, h, q, d] in v's dtype.
     """
     if k.shape[-1] != v.shape[-1]:
         raise ValueError(f"the cudnn kernel needs d_k == d_v, got {k.shape[-1]} and "
@@ -433,9 +463,10 @@ def fused_attention(
         implementation, dtype = "xla", q.dtype
         log_once(f"attention 'cudnn' needs a GPU; on {jax.default_backend()} it falls back to "
                  "XLA's jax.nn.dot_product_attention", logging.WARNING)
-    out = jax.nn.dot_product_attention(q.astype(dtype), k.astype(dtype), v.astype(dtype),
+    # jax.nn.dot_product_attention takes [batch, length, heads, width].
+    out = jax.nn.dot_product_attention(*(token_major(x.astype(dtype)) for x in (q, k, v)),
                                        mask=mask, implementation=implementation)
-    return out.astype(v.dtype)
+    return token_major(out).astype(v.dtype)
 
 
 def attend(
@@ -448,26 +479,53 @@ def attend(
     *,
     causal: bool = False,
     q_offset: jax.Array | int = 0,
+    window: int | None = None,
     block_size: int = 256,
-    window: int = 128,
-) -> jax.Array:
-    """One of :data:`KERNELS` on [b, q, h, d_k], [b, k, h_kv, d_k], [b, k, h_kv, d_v] with
-    segment ids [b, q] and [b, k]; returns [b, q, h, d_v].
+    dropout_rate: float = 0.0,
+    dropout_rng: jax.Array | None = None,
+    dropout_impl: str = "hash",
+    return_weights: bool = False,
+) -> tuple[jax.Array, jax.Array | None]:
+    """Attention by one of :data:`KERNELS`, the model's one call: it chooses what runs.
 
-    ``block_size`` is the blockwise kernel's tile; ``window`` is the local kernel's r (its
-    blocks are r long). No kernel but the dense one returns weights or applies dropout to
-    them: call :func:`dot_product_attention` for those.
+    Head-major q [b, h, q, d_k], k [b, h_kv, k, d_k], v [b, h_kv, k, d_v] with segment ids
+    [b, q] and [b, k]; returns ([b, h, q, d_v], the weights [b, h, q, k] or None).
+
+    * ``window`` is the local kernel's r. Without one (cross-attention: the keys are not
+      positions of the queries, so no neighbourhood exists) "local" runs "blockwise", which
+      also holds no q x k matrix.
+    * Only the dense kernel has weights: asked for them (``return_weights``), any other
+      kernel hands over to it, once logged, with the local kernel's band mask where that
+      applies: the same outputs, plus the weights.
+    * Dropout on the weights (``dropout_rate`` > 0 with a ``dropout_rng``: training) exists
+      in the dense kernel only; any other kernel refuses it.
+    * ``block_size`` is the blockwise kernel's tile.
     """
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown attention kernel {kernel!r}; known: {', '.join(KERNELS)}")
+    if kernel == "local" and window is None:
+        kernel = "blockwise"
+    band = window if kernel == "local" else None
+    if return_weights and kernel != "dense":
+        log_once(f"attention weights asked for: the {kernel!r} kernel has none, so the dense "
+                 "kernel computes them (same outputs)")
+        kernel = "dense"
+    if dropout_rate > 0.0 and dropout_rng is not None and kernel != "dense":
+        raise ValueError(f"attention dropout (rate {dropout_rate}) needs the dense kernel; the "
+                         f"{kernel!r} kernel has none")
     if kernel == "dense":
-        mask = make_mask(q_segment_ids, kv_segment_ids, causal=causal, q_offset=q_offset)
-        return dot_product_attention(q, k, v, mask)[0]
+        mask = make_mask(q_segment_ids, kv_segment_ids, causal=causal, q_offset=q_offset,
+                         window=band)
+        return dot_product_attention(q, k, v, mask, dropout_rate=dropout_rate,
+                                     dropout_rng=dropout_rng, dropout_impl=dropout_impl,
+                                     return_weights=return_weights)
     if kernel == "blockwise":
-        return blockwise_attention(q, k, v, q_segment_ids, kv_segment_ids, causal=causal,
-                                   q_offset=q_offset, block_size=block_size)
+        out = blockwise_attention(token_major(q), token_major(k), token_major(v),
+                                  q_segment_ids, kv_segment_ids, causal=causal,
+                                  q_offset=q_offset, block_size=block_size)
+        return token_major(out), None
     if kernel == "local":
         return local_attention(q, k, v, q_segment_ids, kv_segment_ids, window=window,
-                               causal=causal, q_offset=q_offset)
-    if kernel == "cudnn":
-        return fused_attention(q, k, v, q_segment_ids, kv_segment_ids, causal=causal,
-                               q_offset=q_offset)
-    raise ValueError(f"unknown attention kernel {kernel!r}; known: {', '.join(KERNELS)}")
+                               causal=causal, q_offset=q_offset), None
+    return fused_attention(q, k, v, q_segment_ids, kv_segment_ids, causal=causal,
+                           q_offset=q_offset), None

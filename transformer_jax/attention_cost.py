@@ -55,7 +55,7 @@ def measure_dense_attention(lengths: Sequence[int] | None = None, heads: int = 8
         lengths = [n for n in BILL_LENGTHS if 2 * heads * n * n * 4 < memory / 2]
     results = []
     for n in lengths:
-        spec = jax.ShapeDtypeStruct((1, n, heads, d_k), jnp.float32)
+        spec = jax.ShapeDtypeStruct((1, heads, n, d_k), jnp.float32)
         seg = jax.ShapeDtypeStruct((1, n), jnp.int32)
 
         def forward(q, k, v, segment_ids):

@@ -146,7 +146,8 @@ class Projection(nn.Module):
 
     The kernel is [d_in, groups, sum(widths)]: for every group (a key/value head) the columns
     of each part (e.g. its queries, key and value) sit side by side, so splitting the groups
-    axis across devices splits whole heads. Returns one [..., groups, width] array per part.
+    axis across devices splits whole heads. x is [b, n, d_in]; returns one head-major
+    [b, groups, n, width] array per part, the layout attention multiplies in.
     Each part is initialised as its own Glorot-uniform layer of groups * width outputs;
     parts listed in ``unbiased`` get no bias.
     """
@@ -178,8 +179,8 @@ class Projection(nn.Module):
             else:
                 pieces.append(bias[:, start:start + w])
                 start += w
-        y = jnp.einsum("...d,dgw->...gw", x.astype(self.dtype), kernel.astype(self.dtype))
-        y = y + jnp.concatenate(pieces, axis=-1).astype(self.dtype)
+        y = jnp.einsum("bnd,dgw->bgnw", x.astype(self.dtype), kernel.astype(self.dtype))
+        y = y + jnp.concatenate(pieces, axis=-1).astype(self.dtype)[:, None]
         return jnp.split(y, np.cumsum(self.widths)[:-1].tolist(), axis=-1)
 
 
@@ -193,9 +194,10 @@ class MultiHeadAttention(nn.Module):
     rounding noise. In decode mode "causal" keeps its keys and values in the ``cache``
     collection and "cross" computes the encoder's keys and values once per sentence, shared
     by all of that sentence's beam-search hypotheses.
-    ``config.attention`` picks the kernel; only the dense one yields weights, so a call that
-    reads them out (``intermediates`` mutable) runs the dense kernel, with the band mask of
-    local attention where that applies: the same outputs, plus the weights.
+    Queries, keys and values are head-major, [b, h, n, d_k]. ``config.attention`` names the
+    kernel and ``attention.attend``, the one call, runs it: it hands a call that reads the
+    weights out (``intermediates`` mutable) to the dense kernel, applies dropout to the
+    weights, and runs cross-attention blockwise when the kernel is "local".
     """
 
     config: TransformerConfig
@@ -218,59 +220,49 @@ class MultiHeadAttention(nn.Module):
             k, v = self._cross_keys_values(context)
             kv_segment_ids = context_segment_ids
         else:
-            # Head-major: each key/value head with the query heads that share it.
+            # Each key/value head with the query heads that share it.
             q, k, v = Projection((h // h_kv * d_k, d_k, d_v), groups=h_kv, unbiased=(1,),
                                  dtype=cfg.dtype, name="qkv")(x)
+            if h > h_kv:  # [b, h_kv, q, g * d_k] -> [b, h_kv, g, q, d_k]
+                q = q.reshape(b, h_kv, q_len, h // h_kv, d_k).swapaxes(2, 3)
             kv_segment_ids = segment_ids
-        q = q.reshape(b, q_len, h, d_k)
+        q = q.reshape(b, h, q_len, d_k)  # head-major, as every kernel takes it
         sentences = k.shape[0]
-        if self.kind == "cross" and sentences != b:
+        folded = self.kind == "cross" and sentences != b
+        if folded:
             # Beam search: x holds b / sentences hypotheses of each sentence, which all attend
             # to that sentence's keys and values. Folding the hypotheses into the query axis,
-            # [sentences, beams * q, h, d_k], shares one copy of the keys and values instead
+            # [sentences, h, beams * q, d_k], shares one copy of the keys and values instead
             # of repeating them per hypothesis (and reordering them with the beams).
-            q = q.reshape(sentences, b // sentences * q_len, h, d_k)
+            beams = b // sentences
+            q = q.reshape(sentences, beams, h, q_len, d_k).swapaxes(1, 2).reshape(
+                sentences, h, beams * q_len, d_k)
             segment_ids = segment_ids.reshape(sentences, -1)
 
         q_offset = 0
         if cfg.decode and self.kind == "causal":
             k, v, q_offset, kv_segment_ids = self._update_cache(k, v, segment_ids)
-        causal = self.kind == "causal"
-        # Local attention restricts self-attention only; cross-attention runs blockwise, so
-        # that no layer holds a t x s matrix either.
+        dropout_rng = None
+        if not cfg.deterministic and cfg.attention_dropout_rate > 0:
+            dropout_rng = self.make_rng("dropout")
+        # Local attention restricts self-attention only (no window for cross-attention).
         local = cfg.attention == "local" and self.kind != "cross"
-        kernel = "blockwise" if cfg.attention == "local" and not local else cfg.attention
-        return_weights = self.is_mutable_collection("intermediates")
-        if kernel != "dense" and return_weights:
-            attention.log_once(f"attention weights asked for: the {cfg.attention!r} kernel has "
-                               "none, so the dense kernel computes them (same outputs)")
-            kernel = "dense"
-        if kernel == "dense":
-            mask = attention.make_mask(segment_ids, kv_segment_ids, causal=causal,
-                                       q_offset=q_offset,
-                                       window=cfg.local_window if local else None)
-            dropout_rng = None
-            if not cfg.deterministic and cfg.attention_dropout_rate > 0:
-                dropout_rng = self.make_rng("dropout")
-            out, weights = attention.dot_product_attention(
-                q, k, v, mask, dropout_rate=cfg.attention_dropout_rate,
-                dropout_rng=dropout_rng, dropout_impl=cfg.dropout_impl,
-                return_weights=return_weights)
-        else:
-            if not cfg.deterministic and cfg.attention_dropout_rate > 0:
-                raise ValueError(f"attention_dropout_rate={cfg.attention_dropout_rate} needs "
-                                 f"the dense kernel; the {kernel!r} kernel has no dropout")
-            out, weights = attention.attend(
-                kernel, q, k, v, segment_ids, kv_segment_ids, causal=causal, q_offset=q_offset,
-                block_size=cfg.block_size, window=cfg.local_window), None
+        out, weights = attention.attend(
+            cfg.attention, q, k, v, segment_ids, kv_segment_ids, causal=self.kind == "causal",
+            q_offset=q_offset, window=cfg.local_window if local else None,
+            block_size=cfg.block_size, dropout_rate=cfg.attention_dropout_rate,
+            dropout_rng=dropout_rng, dropout_impl=cfg.dropout_impl,
+            return_weights=self.is_mutable_collection("intermediates"))
+        if folded:  # back to the rows of x: [b, h, q, ...]
+            unfold = lambda y: y.reshape(sentences, h, beams, q_len, -1).swapaxes(  # noqa: E731
+                1, 2).reshape(b, h, q_len, -1)
+            out = unfold(out)
+            weights = None if weights is None else unfold(weights)
         if weights is not None:
-            if weights.shape[0] != b:  # folded hypotheses: [b, h, q, k] as unfolded
-                weights = weights.reshape(sentences, h, b // sentences, q_len, -1)
-                weights = weights.transpose(0, 2, 1, 3, 4).reshape(b, h, q_len, -1)
             self.sow("intermediates", "attention_weights", weights)
-        # Folded or not, out holds the rows of x in order: [b, q_len, h, d_v].
+        out = out.swapaxes(1, 2).reshape(b, q_len, h * d_v)  # Concat(head_1..head_h)
         return nn.Dense(cfg.d_model, dtype=cfg.dtype, kernel_init=nn.initializers.xavier_uniform(),
-                        name="out")(out.reshape(b, q_len, h * d_v))
+                        name="out")(out)
 
     def _cross_keys_values(self, context: Array) -> tuple[Array, Array]:
         cfg = self.config
@@ -303,10 +295,10 @@ class MultiHeadAttention(nn.Module):
         if not is_initialized:  # the priming call only allocates the cache
             return k, v, 0, segment_ids
         i = index.value
-        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k, (0, i, 0, 0))
-        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v, (0, i, 0, 0))
-        index.value = i + k.shape[1]
-        b, max_len = cached_k.value.shape[:2]
+        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k, (0, 0, i, 0))
+        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v, (0, 0, i, 0))
+        index.value = i + k.shape[2]
+        b, _, max_len = cached_k.value.shape[:3]
         return cached_k.value, cached_v.value, i, jnp.ones((b, max_len), segment_ids.dtype)
 
 

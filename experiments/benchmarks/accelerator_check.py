@@ -145,7 +145,7 @@ def throughput(tiny: bool) -> dict[str, Any]:
 
 def _attention_and_grads(kernel: str, q, k, v, seg, ct, block_size: int):
     def out(q, k, v):
-        return attention.attend(kernel, q, k, v, seg, seg, causal=True, block_size=block_size)
+        return attention.attend(kernel, q, k, v, seg, seg, causal=True, block_size=block_size)[0]
 
     def loss(q, k, v):
         return jnp.sum(out(q, k, v).astype(jnp.float32) * ct)
@@ -169,15 +169,15 @@ def kernels(tiny: bool) -> dict[str, Any]:
     """Each kernel against the dense one in float32 (the module docstring's tolerances)."""
     b, length, heads, d, block = (2, 64, 4, 16, 16) if tiny else (4, 1024, 8, 64, 256)
     rng = np.random.default_rng(0)
-    q, k, v, ct = (rng.standard_normal((b, length, heads, d)).astype(np.float32)
-                   for _ in range(4))
+    q, k, v, ct = (rng.standard_normal((b, heads, length, d)).astype(np.float32)
+                   for _ in range(4))  # head-major, as the model's
     # Two packed sentences a row, no padding (rows with no key to attend to differ by design).
     seg = np.where(np.arange(length) < length // 3, 1, 2)[None].repeat(b, 0).astype(np.int32)
     with jax.default_matmul_precision("highest"):
         reference = _attention_and_grads("dense", q, k, v, seg, ct, block)
         blockwise32 = _attention_and_grads("blockwise", q, k, v, seg, ct, block)
     results: dict[str, Any] = {
-        "shape": [b, length, heads, d], "block_size": block,
+        "shape": [b, heads, length, d], "block_size": block,
         "tolerances": {"bfloat16_output": OUTPUT_TOLERANCE,
                        "bfloat16_gradients": GRADIENT_TOLERANCE, "float32": FLOAT32_TOLERANCE}}
     out_err, grad_err = _error(blockwise32, reference)

@@ -99,13 +99,13 @@ def _reset_peak_rss() -> bool:
 def case_function(kind: str, n: int, pass_: str, block_size: int, window: int):
     """The jitted computation of one case and its arguments."""
     keys = jax.random.split(jax.random.key(n), 4)
-    q, k, v, cotangent = (jax.random.normal(key, (1, n, HEADS, D_K), jnp.float32)
+    q, k, v, cotangent = (jax.random.normal(key, (1, HEADS, n, D_K), jnp.float32)
                           for key in keys)
     segments = jnp.ones((1, n), jnp.int32)
 
     def forward(q, k, v):
         return attention.attend(kind, q, k, v, segments, segments, block_size=block_size,
-                                window=window)
+                                window=window)[0]
 
     if pass_ == "forward":
         return jax.jit(forward), (q, k, v)
