@@ -244,10 +244,13 @@ def _blockwise_forward(q, k, v, q_seg, kv_seg, q_pos, causal, bq, bk, n_keys):
     [q/bq, b, h_kv, g, bq], +inf for a query that sees no key.
 
     The online softmax runs only over the tiles :func:`_live_tiles` keeps (``lax.cond``:
-    XLA runs only the branch taken). A query that sees no key (all its logits MASK_VALUE in
-    the dense kernel, hence uniform weights) is found as one that met no allowed key in the
-    tiles computed, and gets the mean of the n_keys real values instead of whatever part of
-    the keys its computed tiles held; its log-sum-exp +inf makes the backward's weights 0.
+    XLA runs only the branch taken); the scan runs over key block indices and a kept tile
+    slices its keys itself, so that a skipped one reads nothing.
+
+    A query that sees no key (all its logits MASK_VALUE in the dense kernel, hence uniform
+    weights) is found as one that met no allowed key in the tiles computed, and gets the mean
+    of the n_keys real values instead of whatever part of the keys its computed tiles held;
+    its log-sum-exp +inf makes the backward's weights 0.
     """
     b, nq, h, _ = q.shape
     h_kv, d_v = k.shape[2], v.shape[-1]
@@ -255,13 +258,14 @@ def _blockwise_forward(q, k, v, q_seg, kv_seg, q_pos, causal, bq, bk, n_keys):
     k_pos = jnp.arange(k.shape[1], dtype=jnp.int32)
     live = _live_tiles(q_seg, kv_seg, q_pos, causal, bq, bk)  # [q/bq, k/bk]
     mean_v = v[:, :n_keys].astype(jnp.float32).mean(1)[:, :, None, None]  # [b, h_kv, 1, 1, d_v]
+    key_blocks = (_blocks(k, bk), _blocks(v, bk), _blocks(kv_seg, bk), k_pos.reshape(-1, bk))
 
     def query_block(args):
         qs_i, q_seg_i, q_pos_i, live_i = args
 
-        def tile(carry, key_block):
+        def tile(carry, j):
             row_max, row_sum, acc, seen = carry
-            k_j, v_j, kv_seg_j, k_pos_j = key_block
+            k_j, v_j, kv_seg_j, k_pos_j = (x[j] for x in key_blocks)
             logits, allowed = _tile_logits(qs_i, k_j, q_seg_i, kv_seg_j, q_pos_i, k_pos_j,
                                            causal)
             new_max = jnp.maximum(row_max, logits.max(-1))
@@ -272,16 +276,14 @@ def _blockwise_forward(q, k, v, q_seg, kv_seg, q_pos, causal, bq, bk, n_keys):
                 "bhgqk,bkhd->bhgqd", p.astype(v.dtype), v_j, preferred_element_type=jnp.float32)
             return new_max, row_sum, acc, seen | allowed.any(-1)
 
-        def step(carry, xs):
-            live_ij, key_block = xs
-            return jax.lax.cond(live_ij, tile, lambda carry, _: carry, carry, key_block), None
+        def step(carry, j):
+            return jax.lax.cond(live_i[j], tile, lambda carry, _: carry, carry, j), None
 
         init = (jnp.full(stats_shape, -jnp.inf, jnp.float32),
                 jnp.zeros(stats_shape, jnp.float32),
                 jnp.zeros((*stats_shape, d_v), jnp.float32),
                 jnp.zeros((b, 1, 1, bq), bool))
-        key_blocks = (_blocks(k, bk), _blocks(v, bk), _blocks(kv_seg, bk), k_pos.reshape(-1, bk))
-        (row_max, row_sum, acc, seen), _ = jax.lax.scan(step, init, (live_i, key_blocks))
+        (row_max, row_sum, acc, seen), _ = jax.lax.scan(step, init, jnp.arange(len(live_i)))
         row_sum = jnp.where(seen, row_sum, 1.0)  # no 0 / 0 where no tile was computed
         out = jnp.where(seen[..., None], acc / row_sum[..., None], mean_v)
         lse = jnp.where(seen, row_max + jnp.log(row_sum), jnp.inf)
@@ -308,8 +310,11 @@ def _blockwise_bwd(causal, bq, bk, n_keys, residuals, d_out):
     dS = P * (dO V^T - D) with D = rowsum(dO * O), dQ = dS K / sqrt(d_k), dK = dS^T Q / sqrt(d_k).
 
     Only the tiles the forward computed (:func:`_live_tiles`) are recomputed: a skipped tile
-    has P = 0 and dS = 0. A query that sees no key (log-sum-exp +inf, so P = 0 in every
-    tile) took the mean of the n_keys real values: dV of each real key gets its dO / n_keys.
+    has P = 0 and dS = 0. The scans run over block indices, a kept tile slicing its blocks
+    and adding its dQ into the carried dQ in place, so that a skipped tile costs nothing.
+
+    A query that sees no key (log-sum-exp +inf, so P = 0 in every tile) took the mean of the
+    n_keys real values: dV of each real key gets its dO / n_keys.
 
     Memory: the saved inputs, outputs and statistics, O(n d), plus one tile at a time.
     """
@@ -326,13 +331,14 @@ def _blockwise_bwd(causal, bq, bk, n_keys, residuals, d_out):
                     _blocks(q_seg, bq), q_pos.reshape(-1, bq), lse, delta)
     k_pos = jnp.arange(k.shape[1], dtype=jnp.int32)
     live = _live_tiles(q_seg, kv_seg, q_pos, causal, bq, bk)
+    key_blocks = (_blocks(k, bk), _blocks(v, bk), _blocks(kv_seg, bk), k_pos.reshape(-1, bk))
 
-    def key_block(d_q, key_block):
-        k_j, v_j, kv_seg_j, k_pos_j, live_j = key_block
+    def key_block(d_q, j):
+        k_j, v_j, kv_seg_j, k_pos_j = (x[j] for x in key_blocks)
 
-        def tile(carry, query_block):
-            d_k_j, d_v_j = carry
-            qs_i, d_out_i, q_seg_i, q_pos_i, lse_i, delta_i = query_block
+        def tile(carry, i):
+            d_q, d_k_j, d_v_j = carry
+            qs_i, d_out_i, q_seg_i, q_pos_i, lse_i, delta_i = (x[i] for x in query_blocks)
             logits, allowed = _tile_logits(qs_i, k_j, q_seg_i, kv_seg_j, q_pos_i, k_pos_j,
                                            causal)
             p = jnp.exp(logits - lse_i[..., None])
@@ -343,24 +349,18 @@ def _blockwise_bwd(causal, bq, bk, n_keys, residuals, d_out):
             # Masked logits are constants (MASK_VALUE): no gradient reaches Q K^T there.
             d_s = jnp.where(allowed, p * (d_p - delta_i[..., None]), 0.0)
             d_k_j += jnp.einsum("bhgqk,bqhgd->bkhd", d_s, qs_i.astype(jnp.float32))
-            d_q_i = jnp.einsum("bhgqk,bkhd->bqhgd", d_s, k_j.astype(jnp.float32))
-            return (d_k_j, d_v_j), d_q_i
+            d_q = d_q.at[i].add(jnp.einsum("bhgqk,bkhd->bqhgd", d_s, k_j.astype(jnp.float32)))
+            return d_q, d_k_j, d_v_j
 
-        def skip(carry, query_block):
-            return carry, jnp.zeros((b, bq, h_kv, g, width_k), jnp.float32)
+        def step(carry, i):
+            return jax.lax.cond(live[i, j], tile, lambda carry, _: carry, carry, i), None
 
-        def step(carry, xs):
-            live_ij, query_block = xs
-            return jax.lax.cond(live_ij, tile, skip, carry, query_block)
-
-        init = (jnp.zeros(k_j.shape, jnp.float32), jnp.zeros(v_j.shape, jnp.float32))
-        (d_k_j, d_v_j), d_q_blocks = jax.lax.scan(step, init, (live_j, query_blocks))
-        return d_q + d_q_blocks, (d_k_j, d_v_j)
+        init = (d_q, jnp.zeros(k_j.shape, jnp.float32), jnp.zeros(v_j.shape, jnp.float32))
+        (d_q, d_k_j, d_v_j), _ = jax.lax.scan(step, init, jnp.arange(live.shape[0]))
+        return d_q, (d_k_j, d_v_j)
 
     d_q0 = jnp.zeros((nq // bq, b, bq, h_kv, g, width_k), jnp.float32)
-    key_blocks = (_blocks(k, bk), _blocks(v, bk), _blocks(kv_seg, bk), k_pos.reshape(-1, bk),
-                  live.T)
-    d_q, (d_k, d_v) = jax.lax.scan(key_block, d_q0, key_blocks)
+    d_q, (d_k, d_v) = jax.lax.scan(key_block, d_q0, jnp.arange(live.shape[1]))
     d_q = _unblocks(d_q).reshape(b, nq, h, width_k) * (width_k ** -0.5)
     # The queries that see no key: out = mean of the real values, d/dv = dO / n_keys each.
     blind = jnp.isinf(lse).astype(jnp.float32)  # [q/bq, b, h_kv, g, bq]
