@@ -150,12 +150,14 @@ def blockwise_attention(
     from the saved log-sum-exp of each row, so training memory is O(n d) instead of O(n^2).
     The mask is :func:`make_mask`'s, built tile by tile.
 
-    Tiles the mask hides entirely are skipped, forward and backward: those where no query
-    shares a segment with any key (in any row of the batch: the batch lives inside a tile),
-    and with ``causal`` those above the diagonal. A row packed with short sentences then
-    costs about the sum of their squared lengths rather than the row's length squared. The
-    skipped tiles would only have added zero weights, so real queries get the dense kernel's
-    numbers.
+    Tiles the mask hides entirely are skipped, forward and backward (:func:`_live_tiles`):
+    those whose query and key blocks have no segment id in common in any row of the batch
+    (the batch lives inside a tile), and with ``causal`` those above the diagonal. The test
+    compares the blocks' ranges of ids, so it is exact for rows that number their sentences
+    1, 2, ... in order, as packing does; other numberings skip fewer tiles, never a needed
+    one. A row packed with short sentences then costs about the sum of their squared lengths
+    rather than the row's length squared. The skipped tiles would only have added zero
+    weights, so real queries get the dense kernel's numbers.
 
     A query that sees no key (a padding query, segment 0) gets what the dense kernel gives
     it: uniform weights over all the keys, i.e. the mean of the values; its gradient reaches
