@@ -27,11 +27,25 @@ Criteria, printed as pass/fail:
 
 Results go to experiments/results/attention_scaling.json (--quick: attention_scaling_quick
 .json); the last line printed is one JSON object of headline figures.
+
+    python experiments/benchmarks/attention_scaling.py --packed   # packed rows of short sentences
+
+--packed measures what the blockwise kernel's tile skipping buys: forward + backward time of
+rows of 256 and 2,048 slots packed with sentences of 10 to 40 tokens (random lengths, packed
+in order, the rest of each row padding), 6,144 slots a batch (24 rows of 256, 3 of 2,048), 4
+heads of d_k = d_v = 64, not causal and causal. ``dense`` against ``blockwise`` with tiles of
+--tiles (default 32, 64, 128), which skips the tiles the mask hides, and ``blockwise_all``:
+the same kernel on the same rows with its tile decision replaced by "every tile" (the cost
+blockwise had before it skipped). live_tiles is the share of tiles each computes. The
+headline compares, for each length and mask, each kind at its fastest tile. Cases run in
+this process, best of three calls (--quick: one). Results go to
+experiments/results/attention_packed.json, and the last line printed is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -51,6 +65,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
 from transformer_jax import attention  # noqa: E402
 
@@ -61,6 +76,7 @@ QUICK_LENGTHS = (512, 1024, 2048)
 HEADS, D_K = 8, 64
 TIME_N, TIME_LIMIT, MEMORY_LIMIT = 2048, 1.5, 1 / 8
 GiB = 2 ** 30
+PACKED_LENGTHS, PACKED_SLOTS, PACKED_HEADS, SENTENCE = (256, 2048), 6144, 4, (10, 40)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -72,6 +88,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--block-size", type=int, default=256, help="blockwise tile (default 256)")
     p.add_argument("--window", type=int, default=128, help="local attention's r (default 128)")
     p.add_argument("--out", type=Path, default=None, help="where to write the JSON results")
+    p.add_argument("--packed", action="store_true",
+                   help="packed rows of short sentences: dense vs blockwise with tile skipping")
+    p.add_argument("--tiles", default="32,64,128", help="--packed: blockwise tiles to measure")
     p.add_argument("--case", default=None, help=argparse.SUPPRESS)  # KIND,N,PASS: one case
     return p.parse_args(argv)
 
@@ -231,8 +250,122 @@ def fmt_bytes(x: int | None) -> str:
     return "-" if x is None else f"{x / 2 ** 20:,.0f} MiB"
 
 
+# ----------------------------------------------------------------------------------------
+# Packed rows of short sentences
+
+
+def packed_segments(n: int, rows: int, seed: int = 0) -> np.ndarray:
+    """[rows, n] segment ids: sentences of SENTENCE[0]..SENTENCE[1] tokens (uniformly drawn)
+    numbered 1, 2, ... and packed in order while they fit; the rest of the row is 0."""
+    rng = np.random.default_rng(seed)
+    segments = np.zeros((rows, n), np.int32)
+    for row in segments:
+        start, sentence = 0, 1
+        while (length := int(rng.integers(SENTENCE[0], SENTENCE[1] + 1))) <= n - start:
+            row[start:start + length] = sentence
+            start, sentence = start + length, sentence + 1
+    return segments
+
+
+@contextlib.contextmanager
+def every_tile_live(on: bool):
+    """While on, the blockwise kernel computes every tile: its tile decision says "live"."""
+    decide = attention._live_tiles
+    if on:
+        attention._live_tiles = lambda q_seg, kv_seg, q_pos, causal, bq, bk: jnp.ones(
+            (q_seg.shape[1] // bq, kv_seg.shape[1] // bk), bool)
+    try:
+        yield
+    finally:
+        attention._live_tiles = decide
+
+
+def run_packed_case(kind: str, n: int, causal: bool, tile: int, reps: int) -> dict:
+    """Forward + backward of one packed case: compiled peak bytes, best time, live tiles."""
+    rows = PACKED_SLOTS // n
+    segments = jnp.asarray(packed_segments(n, rows))
+    keys = jax.random.split(jax.random.key(n), 4)
+    q, k, v, cotangent = (jax.random.normal(key, (rows, n, PACKED_HEADS, D_K), jnp.float32)
+                          for key in keys)
+    attend = "dense" if kind == "dense" else "blockwise"
+
+    def backward(q, k, v, cotangent):
+        loss = lambda q, k, v: jnp.sum(attention.attend(  # noqa: E731
+            attend, q, k, v, segments, segments, causal=causal, block_size=tile) * cotangent)
+        return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
+
+    args = (q, k, v, cotangent)
+    with every_tile_live(kind == "blockwise_all"):
+        compiled = jax.jit(backward).lower(*args).compile()
+    stats = compiled.memory_analysis()
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        times.append(time.perf_counter() - start)
+    live = None if kind == "dense" else 1.0
+    if kind == "blockwise":  # the kernel's own decision, on its segment ids padded to tiles
+        padded = attention._pad_axis1(segments, 0, -n % tile)
+        live = float(np.mean(attention._live_tiles(
+            padded, padded, jnp.arange(padded.shape[1], dtype=jnp.int32), causal, tile, tile)))
+    return {"kind": kind, "n": n, "rows": rows, "causal": causal,
+            "tile": None if kind == "dense" else tile, "time_s": min(times),
+            "peak_bytes": int(stats.temp_size_in_bytes + stats.argument_size_in_bytes
+                              + stats.output_size_in_bytes), "live_tiles": live}
+
+
+def packed_main(args: argparse.Namespace) -> None:
+    reps = 1 if args.quick else 3
+    tiles = [int(t) for t in args.tiles.split(",")]
+    description, backend, _ = machine()
+    print(f"{description}; backend {backend}; packed rows of sentences of {SENTENCE[0]}-"
+          f"{SENTENCE[1]} tokens, {PACKED_SLOTS:,} slots a batch, {PACKED_HEADS} heads, "
+          f"d_k = d_v = {D_K}; forward + backward, best of {reps}")
+    print(f"{'kind':>14} {'n':>5} {'rows':>4} {'causal':>6} {'tile':>4} {'time':>8} "
+          f"{'peak (compiled)':>16} {'live tiles':>10}")
+    rows = []
+    for causal in (False, True):
+        for n in PACKED_LENGTHS:
+            cases = [("dense", tiles[0])] + [(kind, t) for t in tiles
+                                             for kind in ("blockwise", "blockwise_all")]
+            for kind, tile in cases:
+                row = run_packed_case(kind, n, causal, tile, reps)
+                rows.append(row)
+                live = "-" if row["live_tiles"] is None else f"{row['live_tiles']:.1%}"
+                print(f"{kind:>14} {n:>5} {row['rows']:>4} {causal!s:>6} {row['tile'] or '-':>4} "
+                      f"{row['time_s']:>7.3f}s {fmt_bytes(row['peak_bytes']):>16} {live:>10}",
+                      flush=True)
+    out = args.out or ROOT / "experiments" / "results" / "attention_packed.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(
+        machine=description, date=datetime.date.today().isoformat(), backend=backend,
+        heads=PACKED_HEADS, d_k=D_K, slots=PACKED_SLOTS, sentence=SENTENCE, results=rows),
+        indent=1) + "\n")
+    print(f"wrote {out}")
+    headline = dict(benchmark="attention_scaling_packed", backend=backend)
+    for causal in (False, True):
+        for n in PACKED_LENGTHS:
+            here = [r for r in rows if r["n"] == n and r["causal"] == causal]
+            dense = next(r for r in here if r["kind"] == "dense")["time_s"]
+            best, every = (min((r for r in here if r["kind"] == kind), key=lambda r: r["time_s"])
+                           for kind in ("blockwise", "blockwise_all"))
+            name = f"{'causal' if causal else 'full'}_{n}"
+            headline[f"{name}_dense_time_s"] = _round(dense)
+            headline[f"{name}_blockwise_time_s"] = _round(best["time_s"])
+            headline[f"{name}_best_tile"] = best["tile"]
+            headline[f"{name}_all_tiles_time_s"] = _round(every["time_s"])
+            headline[f"{name}_all_tiles_best_tile"] = every["tile"]
+            headline[f"{name}_dense_over_blockwise"] = round(dense / best["time_s"], 2)
+            headline[f"{name}_all_tiles_over_blockwise"] = round(
+                every["time_s"] / best["time_s"], 2)
+    print(json.dumps(headline))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.packed:
+        packed_main(args)
+        return
     reps = 1 if args.quick else 3
     if args.case:  # a child: one case, one JSON line
         kind, n, pass_ = args.case.split(",")
