@@ -61,7 +61,7 @@ def test_packed_rows_equal_dense(causal, block_size):
     q, k, v = (jnp.concatenate([x, x[:1] * 0.5]) for x in (q, k, v))  # a third row
     live = live_tiles(PACKED, PACKED, causal, block_size)
     assert live.sum() < live.size / 2  # most tiles are skipped: the case tests skipping
-    weights = jax.random.normal(jax.random.key(3), (3, 37, 4, 6))
+    weights = jax.random.normal(jax.random.key(3), (3, 4, 37, 6))
     blockwise = lambda q, k, v: attention.blockwise_attention(  # noqa: E731
         q, k, v, PACKED, PACKED, causal=causal, block_size=block_size)
     reference = lambda q, k, v: dense(q, k, v, PACKED, PACKED, causal)  # noqa: E731
@@ -78,7 +78,7 @@ def test_real_queries_that_see_no_key_equal_dense():
     q, k, v = qkv(11, q_len=12, kv_len=20)
     q_seg = jnp.array([[1] * 4 + [3] * 8, [3] * 4 + [1] * 8])
     kv_seg = jnp.array([[1] * 6 + [2] * 10 + [0] * 4, [2] * 8 + [1] * 12])
-    weights = jax.random.normal(jax.random.key(4), (2, 12, 4, 6))
+    weights = jax.random.normal(jax.random.key(4), (2, 4, 12, 6))
     blockwise = lambda q, k, v: attention.blockwise_attention(  # noqa: E731
         q, k, v, q_seg, kv_seg, block_size=4)
     assert_same(value_and_grads(blockwise, q, k, v, weights),
@@ -93,21 +93,21 @@ def test_a_hidden_tile_is_not_computed(causal):
     # dS K. Finite outputs and d/dq for queries 0..7 prove it was skipped both ways.
     q, k, v = qkv(12, q_len=16, kv_len=16)
     seg = jnp.array([[1] * 16] * 2) if causal else jnp.array([[1] * 8 + [2] * 8] * 2)
-    poison = jnp.arange(16)[None, :, None, None] >= 8
+    poison = jnp.arange(16)[None, None, :, None] >= 8
     k_nan, v_nan = (jnp.where(poison, jnp.nan, x) for x in (k, v))
-    weights = jax.random.normal(jax.random.key(5), (2, 16, 4, 6))
+    weights = jax.random.normal(jax.random.key(5), (2, 4, 16, 6))
     blockwise = lambda q, k, v: attention.blockwise_attention(  # noqa: E731
         q, k, v, seg, seg, causal=causal, block_size=8)
     out, (d_q, d_k, d_v) = value_and_grads(blockwise, q, k_nan, v_nan, weights)
     clean_out, (clean_d_q, clean_d_k, clean_d_v) = value_and_grads(blockwise, q, k, v, weights)
-    assert np.isnan(np.asarray(out[:, 8:])).all()  # queries 8..15 do see the NaNs
-    np.testing.assert_allclose(out[:, :8], clean_out[:, :8], atol=1e-6)
-    np.testing.assert_allclose(d_q[:, :8], clean_d_q[:, :8], atol=1e-6)
+    assert np.isnan(np.asarray(out[:, :, 8:])).all()  # queries 8..15 do see the NaNs
+    np.testing.assert_allclose(out[:, :, :8], clean_out[:, :, :8], atol=1e-6)
+    np.testing.assert_allclose(d_q[:, :, :8], clean_d_q[:, :, :8], atol=1e-6)
     if not causal:
         # Nor the tile (queries 8..15, keys 0..7), whose weights are NaN: d/dk and d/dv of
         # keys 0..7 stay those of the clean inputs.
-        np.testing.assert_allclose(d_k[:, :8], clean_d_k[:, :8], atol=1e-6)
-        np.testing.assert_allclose(d_v[:, :8], clean_d_v[:, :8], atol=1e-6)
+        np.testing.assert_allclose(d_k[:, :, :8], clean_d_k[:, :, :8], atol=1e-6)
+        np.testing.assert_allclose(d_v[:, :, :8], clean_d_v[:, :, :8], atol=1e-6)
 
 
 @pytest.mark.parametrize("step", [3, 12, 23])

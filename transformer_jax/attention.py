@@ -20,8 +20,7 @@ runs it, or the dense kernel when weights are wanted):
 
 Shapes: b = batch, q = query length, k = key length, h = heads, h_kv = key/value heads
 (h_kv < h: grouped queries), d_k / d_v = head widths. The model's arrays are head-major,
-[b, h, q, d_k], as its projections emit them; the blockwise kernel works on [b, q, h, d_k]
-internally (``attend`` swaps the axes for it).
+[b, h, q, d_k], as its projections emit them, and every kernel takes them so.
 Of the project it imports only the dropout mask.
 """
 
@@ -36,9 +35,7 @@ import jax.numpy as jnp
 from transformer_jax.dropout import dropout
 
 # Added to masked logits. Finite, so that a fully masked row (a padding query) gives a
-# uniform distribution instead of NaN; real queries always see at least themselves. (Such a
-# row's gradient is then unmasked attention's, the bias being the same for every key: no
-# loss reads it, padding being excluded from every loss.)
+# uniform distribution instead of NaN; real queries always see at least themselves.
 MASK_VALUE = -1e10
 
 
@@ -89,8 +86,7 @@ def dot_product_attention(
     """
     b, h, q_len, _ = q.shape
     h_kv, k_len = k.shape[1], k.shape[2]
-    logits = jnp.einsum("bhgqd,bhkd->bhgqk", _scaled_groups_head_major(q, h_kv), k,
-                        preferred_element_type=jnp.float32)
+    qg = _scaled_groups_head_major(q, h_kv)
     if mask is not None:
         mask = jnp.asarray(mask)
         if mask.ndim == 4 and mask.shape[1] == 1:  # one mask for every head: [b, 1, 1, q, k]
@@ -98,6 +94,13 @@ def dot_product_attention(
         else:
             mask = jnp.broadcast_to(mask, (b, h, q_len, k_len)).reshape(
                 b, h_kv, h // h_kv, q_len, k_len)
+        # A query that sees no key (padding) gets the same bias on every logit: the softmax
+        # would ignore it and the gradient would be unmasked attention's. Zeroing that
+        # query makes its weights uniform by construction and its d/dq and d/dk zero, as
+        # with masked logits held constant (and as the blockwise kernel gives).
+        qg = qg * mask.any(-1, keepdims=True).astype(qg.dtype)
+    logits = jnp.einsum("bhgqd,bhkd->bhgqk", qg, k, preferred_element_type=jnp.float32)
+    if mask is not None:
         logits = logits + jnp.where(mask, 0.0, MASK_VALUE).astype(jnp.float32)
     weights = jax.nn.softmax(logits, axis=-1)
     shown = weights.reshape(b, h, q_len, k_len) if return_weights else None
@@ -115,7 +118,7 @@ def _scaled_groups_head_major(q: jax.Array, h_kv: int) -> jax.Array:
 
 
 def token_major(x: jax.Array) -> jax.Array:
-    """[b, h, n, d] <-> [b, n, h, d]: the layout of the blockwise and fused kernels."""
+    """[b, h, n, d] <-> [b, n, h, d]: the layout inside the blockwise kernel and cuDNN's."""
     return jnp.swapaxes(x, 1, 2)
 
 
@@ -189,14 +192,16 @@ def blockwise_attention(
     the values only (d/dq and d/dk are zero, the mask's logits being constants).
 
     Args:
-      q: [b, q, h, d_k]; k: [b, k, h_kv, d_k]; v: [b, k, h_kv, d_v].
+      q: [b, h, q, d_k]; k: [b, h_kv, k, d_k]; v: [b, h_kv, k, d_v].
       q_segment_ids: [b, q]; kv_segment_ids: [b, k] (0 = padding).
       causal, q_offset: as in :func:`make_mask` (``q_offset`` may be traced: decoding).
       block_size: rows and columns of one tile; lengths are padded up to a multiple.
 
     Returns:
-      [b, q, h, d_v] outputs, in v's dtype.
+      [b, h, q, d_v] outputs, in v's dtype.
     """
+    # The tiles are cut along the length: the kernel works on [b, n, h, d] inside.
+    q, k, v = token_major(q), token_major(k), token_major(v)
     nq, nk = q.shape[1], k.shape[1]
     bq, bk = min(block_size, nq), min(block_size, nk)
     pad_q, pad_k = -nq % bq, -nk % bk
@@ -204,7 +209,7 @@ def blockwise_attention(
     out = _blockwise(_pad_axis1(q, 0, pad_q), _pad_axis1(k, 0, pad_k), _pad_axis1(v, 0, pad_k),
                      _pad_axis1(q_segment_ids, 0, pad_q), _pad_axis1(kv_segment_ids, 0, pad_k),
                      q_pos, causal, bq, bk, nk)
-    return out[:, :nq]
+    return token_major(out[:, :nq])
 
 
 def _blocks(x: jax.Array, size: int) -> jax.Array:
@@ -586,10 +591,8 @@ def attend(
                                      dropout_rng=dropout_rng, dropout_impl=dropout_impl,
                                      return_weights=return_weights)
     if kernel == "blockwise":
-        out = blockwise_attention(token_major(q), token_major(k), token_major(v),
-                                  q_segment_ids, kv_segment_ids, causal=causal,
-                                  q_offset=q_offset, block_size=block_size)
-        return token_major(out), None
+        return blockwise_attention(q, k, v, q_segment_ids, kv_segment_ids, causal=causal,
+                                   q_offset=q_offset, block_size=block_size), None
     if kernel == "local":
         return local_attention(q, k, v, q_segment_ids, kv_segment_ids, window=window,
                                causal=causal, q_offset=q_offset), None
