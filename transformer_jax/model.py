@@ -179,8 +179,10 @@ class Projection(nn.Module):
             else:
                 pieces.append(bias[:, start:start + w])
                 start += w
-        y = jnp.einsum("bnd,dgw->bgnw", x.astype(self.dtype), kernel.astype(self.dtype))
-        y = y + jnp.concatenate(pieces, axis=-1).astype(self.dtype)[:, None]
+        # Multiplied token-major, then turned head-major: asked for [b, g, n, w] directly,
+        # XLA's CPU backend transposes the kernel instead, at every step of a decoding loop.
+        y = jnp.einsum("bnd,dgw->bngw", x.astype(self.dtype), kernel.astype(self.dtype))
+        y = (y + jnp.concatenate(pieces, axis=-1).astype(self.dtype)).swapaxes(1, 2)
         return jnp.split(y, np.cumsum(self.widths)[:-1].tolist(), axis=-1)
 
 

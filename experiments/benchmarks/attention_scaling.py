@@ -285,13 +285,14 @@ def run_packed_case(kind: str, n: int, causal: bool, tile: int, reps: int) -> di
     rows = PACKED_SLOTS // n
     segments = jnp.asarray(packed_segments(n, rows))
     keys = jax.random.split(jax.random.key(n), 4)
-    q, k, v, cotangent = (jax.random.normal(key, (rows, n, PACKED_HEADS, D_K), jnp.float32)
+    q, k, v, cotangent = (jax.random.normal(key, (rows, PACKED_HEADS, n, D_K), jnp.float32)
                           for key in keys)
     attend = "dense" if kind == "dense" else "blockwise"
 
     def backward(q, k, v, cotangent):
         loss = lambda q, k, v: jnp.sum(attention.attend(  # noqa: E731
-            attend, q, k, v, segments, segments, causal=causal, block_size=tile) * cotangent)
+            attend, q, k, v, segments, segments, causal=causal, block_size=tile)[0]
+            * cotangent)
         return jax.grad(loss, argnums=(0, 1, 2))(q, k, v)
 
     args = (q, k, v, cotangent)
