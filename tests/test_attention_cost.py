@@ -44,11 +44,16 @@ def test_measured_memory_prefers_the_benchmark_file(tmp_path):
         "machine": "1x GPU", "date": "2026-12-01", "backend": "gpu", "heads": 8, "d_k": 64,
         "results": [{"kind": "dense", "n": 512, "pass": "forward", "time_s": 0.001,
                      "peak_bytes": 12345, "error": None},
+                    # A fused kernel's scratch: the process grew more than XLA accounted for.
+                    {"kind": "dense", "n": 1024, "pass": "forward", "time_s": 0.002,
+                     "peak_bytes": 1000, "measured_bytes": 5000, "error": None},
                     {"kind": "dense", "n": 262144, "pass": "forward", "time_s": None,
                      "peak_bytes": None, "error": "out of memory"}]}))
     measured = attention_cost.measured_memory(path)
     assert measured["source"] == str(path) and measured["machine"] == "1x GPU"
-    assert [r["n"] for r in measured["results"]] == [512]  # the failed length is dropped
+    # The failed length is dropped; each peak is the larger of the two accounts.
+    assert [(r["n"], r["peak_bytes"]) for r in measured["results"]] == [(512, 12345),
+                                                                         (1024, 5000)]
     path.write_text("{")
     with pytest.raises(UserError, match="attention_scaling.json: line 1: not valid JSON"):
         attention_cost.measured_memory(path)

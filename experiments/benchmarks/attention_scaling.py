@@ -14,14 +14,19 @@ peak_bytes is the compiled program's own account of its memory (XLA's buffer ass
 ``compiled.memory_analysis()``): temp + argument + output bytes, the most it holds at once.
 It is known without running, so it is reported for cases too large to run. As a check, the
 measured rise of the process's peak RSS during the first call (on a GPU: the device's peak
-bytes in use) is printed beside it. time_s is the best of up to three calls after
-compilation (one call when it takes over 20 s, or with --quick). Every case runs in a fresh
-process, so one case's memory cannot leak into the next and an out-of-memory kill costs one
-row. A case whose compiled peak exceeds --max-gb (default: half the memory available at the
-start) is not run: its time_s is null and its error says why.
+bytes in use) is printed beside it and kept as measured_bytes. time_s is the best of up to
+three calls after compilation (one call when it takes over 20 s, or with --quick). Every
+case runs in a fresh process, so one case's memory cannot leak into the next and an
+out-of-memory kill costs one row. A case whose compiled peak exceeds --max-gb (default: half
+the memory available at the start) is not run: its time_s is null and its error says why.
+
+A kernel that XLA hands to a fused library call allocates its own scratch, which the
+compiled account does not see (on a CPU, XLA fuses the dense forward pass into one kernel:
+at n = 16,384 it accounts for 160 MiB while the process grows by 2.8 GiB). The criteria
+therefore take, for a case that ran, the larger of the two figures.
 
 Criteria, printed as pass/fail:
-  memory: at the largest n, blockwise's peak_bytes <= 1/8 of dense's, forward and backward
+  memory: at the largest n, blockwise's peak <= 1/8 of dense's, forward and backward
           (or dense fails where blockwise runs);
   time:   at n = 2,048, blockwise's forward + backward time <= 1.5x dense's.
 
@@ -67,7 +72,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from transformer_jax import attention  # noqa: E402
+from transformer_jax import attention, attention_cost  # noqa: E402
 
 KINDS = ("dense", "blockwise", "local")
 PASSES = ("forward", "backward")
@@ -226,11 +231,12 @@ def criteria(rows: list[dict], largest: int) -> dict:
     memory_ok, ratios = True, {}
     for pass_ in PASSES:
         d, b = find(rows, "dense", largest, pass_), find(rows, "blockwise", largest, pass_)
-        if d["peak_bytes"] is None:  # dense could not even be compiled
-            ok = b["peak_bytes"] is not None and b["error"] is None
+        d_peak, b_peak = attention_cost.case_peak(d), attention_cost.case_peak(b)
+        if d_peak is None:  # dense could not even be compiled
+            ok = b_peak is not None and b["error"] is None
         else:
-            ok = b["peak_bytes"] is not None and b["peak_bytes"] <= MEMORY_LIMIT * d["peak_bytes"]
-            ratios[pass_] = round(d["peak_bytes"] / b["peak_bytes"], 1) if b["peak_bytes"] else None
+            ok = b_peak is not None and b_peak <= MEMORY_LIMIT * d_peak
+            ratios[pass_] = round(d_peak / b_peak, 1) if b_peak else None
         memory_ok &= ok
     d, b = find(rows, "dense", TIME_N, "backward"), find(rows, "blockwise", TIME_N, "backward")
     time_ratio = None
@@ -400,7 +406,7 @@ def main(argv: list[str] | None = None) -> None:
     out = args.out or ROOT / "experiments" / "results" / (
         "attention_scaling_quick.json" if args.quick else "attention_scaling.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    fields = ("kind", "n", "pass", "time_s", "peak_bytes", "error")
+    fields = ("kind", "n", "pass", "time_s", "peak_bytes", "measured_bytes", "error")
     results = [{field: r[field] for field in fields} for r in rows]
     out.write_text(json.dumps(dict(
         machine=description, date=datetime.date.today().isoformat(), backend=backend,
@@ -412,7 +418,7 @@ def main(argv: list[str] | None = None) -> None:
                     block_size=args.block_size, window=args.window, largest_n=largest, **verdict)
     for kind in KINDS:
         row = find(rows, kind, largest, "backward")
-        headline[f"{kind}_backward_peak_bytes_at_largest_n"] = row["peak_bytes"]
+        headline[f"{kind}_backward_peak_bytes_at_largest_n"] = attention_cost.case_peak(row)
         headline[f"{kind}_backward_time_s_at_largest_n"] = _round(row["time_s"])
         headline[f"{kind}_backward_time_s_at_2048"] = _round(
             find(rows, kind, TIME_N, "backward")["time_s"])
