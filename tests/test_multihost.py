@@ -70,7 +70,10 @@ def test_two_processes_match_one(tmp_path, builtin_data_dir, parallel):
     for x, y in zip(a, b, strict=True):
         assert y["loss"] == pytest.approx(x["loss"], rel=1e-5), x["step"]
         assert y["grad_norm"] == pytest.approx(x["grad_norm"], rel=1e-4), x["step"]
-    assert len(list((two / "tb").iterdir())) == 1  # one TensorBoard event file
+    # One TensorBoard event file, and one for the hparams dashboard: process 0's alone.
+    tb = two / "tb"
+    assert len([p for p in tb.iterdir() if p.is_file()]) == 1
+    assert len(list((tb / "hparams").iterdir())) == 1
     # Both processes saved their data-loader positions; the metadata was written once.
     last = two / "checkpoints" / str(STEPS)
     assert sorted(p.name for p in (last / "data").glob("*.json")) == [
