@@ -271,3 +271,35 @@ def test_attend_names_the_known_kernels():
     q, k, v = qkv(8)
     with pytest.raises(ValueError, match="dense, blockwise, local, cudnn"):
         attention.attend("flash", q, k, v, SEGMENTS, SEGMENTS)
+
+
+def test_attend_hands_a_call_for_weights_to_the_dense_kernel(caplog, monkeypatch):
+    monkeypatch.setattr(attention, "_logged", set())
+    q, k, v = qkv(9, kv_heads=4)
+    with caplog.at_level(logging.INFO, logger="transformer_jax.attention"):
+        out, weights = attention.attend("local", q, k, v, SEGMENTS, SEGMENTS, window=3,
+                                        return_weights=True)
+    # The local kernel's band, computed densely: each real query weighs at most 7 keys.
+    band = attention.make_mask(SEGMENTS, SEGMENTS, window=3)
+    expected, expected_weights = attention.dot_product_attention(q, k, v, band,
+                                                                 return_weights=True)
+    np.testing.assert_allclose(out, expected, atol=1e-6)
+    np.testing.assert_allclose(weights, expected_weights, atol=1e-6)
+    assert int(np.max(np.sum(np.asarray(weights)[:, :, REAL[0]] > 0, -1))) == 7
+    assert any("dense kernel computes them" in r.getMessage() for r in caplog.records)
+    # Without a window ("local" asked for cross-attention) the blockwise kernel runs.
+    blockwise, none = attention.attend("local", q, k, v, SEGMENTS, SEGMENTS)
+    assert none is None
+    np.testing.assert_allclose(blockwise, dense(q, k, v, SEGMENTS, SEGMENTS), atol=1e-5)
+
+
+def test_attend_applies_dropout_in_the_dense_kernel_only():
+    q, k, v = qkv(10, kv_heads=4)
+    key = jax.random.key(3)
+    plain, _ = attention.attend("dense", q, k, v, SEGMENTS, SEGMENTS)
+    dropped, _ = attention.attend("dense", q, k, v, SEGMENTS, SEGMENTS, dropout_rate=0.5,
+                                  dropout_rng=key)
+    assert not np.allclose(plain, dropped)
+    with pytest.raises(ValueError, match="needs the dense kernel; the 'blockwise' kernel"):
+        attention.attend("blockwise", q, k, v, SEGMENTS, SEGMENTS, dropout_rate=0.5,
+                         dropout_rng=key)
