@@ -86,7 +86,7 @@ def dot_product_attention(
     """
     b, h, q_len, _ = q.shape
     h_kv, k_len = k.shape[1], k.shape[2]
-    qg = _scaled_groups_head_major(q, h_kv)
+    qg = _scaled_groups(q, h_kv, axis=1)
     if mask is not None:
         mask = jnp.asarray(mask)
         if mask.ndim == 4 and mask.shape[1] == 1:  # one mask for every head: [b, 1, 1, q, k]
@@ -110,11 +110,13 @@ def dot_product_attention(
     return out.reshape(b, h, q_len, v.shape[-1]), shown
 
 
-def _scaled_groups_head_major(q: jax.Array, h_kv: int) -> jax.Array:
-    """[b, h, q, d_k] -> [b, h_kv, g, q, d_k] times 1/sqrt(d_k): the query heads grouped by
-    the key/value head they share (a reshape: the heads of a group are adjacent)."""
-    b, h, n, d_k = q.shape
-    return q.reshape(b, h_kv, h // h_kv, n, d_k) * jnp.asarray(d_k ** -0.5, q.dtype)
+def _scaled_groups(q: jax.Array, h_kv: int, axis: int) -> jax.Array:
+    """Queries with their h heads on ``axis`` ([b, h, q, d_k]: 1; [b, q, h, d_k]: 2), that
+    axis split into [h_kv, g], times 1/sqrt(d_k): the queries of every kernel, grouped by the
+    key/value head they share (a reshape: the heads of a group are adjacent)."""
+    h, d_k = q.shape[axis], q.shape[-1]
+    grouped = q.reshape(*q.shape[:axis], h_kv, h // h_kv, *q.shape[axis + 1:])
+    return grouped * jnp.asarray(d_k ** -0.5, q.dtype)
 
 
 def token_major(x: jax.Array) -> jax.Array:
@@ -264,13 +266,6 @@ def _tile_logits(qs: jax.Array, k: jax.Array, q_seg: jax.Array, kv_seg: jax.Arra
     return jnp.where(allowed, logits, MASK_VALUE), allowed
 
 
-def _scaled_groups(q: jax.Array, h_kv: int) -> jax.Array:
-    """[b, q, h, d_k] -> [b, q, h_kv, g, d_k] times 1/sqrt(d_k): the queries of every kernel,
-    grouped by the key/value head they share."""
-    b, n, h, d_k = q.shape
-    return q.reshape(b, n, h_kv, h // h_kv, d_k) * jnp.asarray(d_k ** -0.5, q.dtype)
-
-
 def _blockwise_forward(q, k, v, q_seg, kv_seg, q_pos, causal, bq, bk, n_keys):
     """Outputs [b, q, h, d_v] and each query's log-sum-exp of its logits, blocked:
     [q/bq, b, h_kv, g, bq], +inf for a query that sees no key.
@@ -321,7 +316,7 @@ def _blockwise_forward(q, k, v, q_seg, kv_seg, q_pos, causal, bq, bk, n_keys):
         lse = jnp.where(seen, row_max + jnp.log(row_sum), jnp.inf)
         return jnp.einsum("bhgqd->bqhgd", out), lse
 
-    out, lse = jax.lax.map(query_block, (_blocks(_scaled_groups(q, h_kv), bq),
+    out, lse = jax.lax.map(query_block, (_blocks(_scaled_groups(q, h_kv, axis=2), bq),
                                          _blocks(q_seg, bq), q_pos.reshape(-1, bq), live))
     return _unblocks(out).reshape(b, nq, h, d_v).astype(v.dtype), lse
 
@@ -359,7 +354,7 @@ def _blockwise_bwd(causal, bq, bk, n_keys, residuals, d_out):
                        out.reshape(b, nq, h_kv, g, width_v).astype(jnp.float32))
     delta = jnp.moveaxis(delta.reshape(b, h_kv, g, nq // bq, bq), 3, 0)
     d_out_blocks = _blocks(d_out, bq)  # [q/bq, b, bq, h_kv, g, d_v]
-    query_blocks = (_blocks(_scaled_groups(q, h_kv), bq), d_out_blocks,
+    query_blocks = (_blocks(_scaled_groups(q, h_kv, axis=2), bq), d_out_blocks,
                     _blocks(q_seg, bq), q_pos.reshape(-1, bq), lse, delta)
     k_pos = jnp.arange(k.shape[1], dtype=jnp.int32)
     live = _live_tiles(q_seg, kv_seg, q_pos, causal, bq, bk)
