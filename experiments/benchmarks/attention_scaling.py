@@ -342,13 +342,9 @@ def packed_main(args: argparse.Namespace) -> None:
                 print(f"{kind:>14} {n:>5} {row['rows']:>4} {causal!s:>6} {row['tile'] or '-':>4} "
                       f"{row['time_s']:>7.3f}s {fmt_bytes(row['peak_bytes']):>16} {live:>10}",
                       flush=True)
-    out = args.out or ROOT / "experiments" / "results" / "attention_packed.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(
-        machine=description, date=datetime.date.today().isoformat(), backend=backend,
-        heads=PACKED_HEADS, d_k=D_K, slots=PACKED_SLOTS, sentence=SENTENCE, results=rows),
-        indent=1) + "\n")
-    print(f"wrote {out}")
+    write_results(args.out or ROOT / "experiments" / "results" / "attention_packed.json",
+                  description, backend, PACKED_HEADS, rows, slots=PACKED_SLOTS,
+                  sentence=SENTENCE)
     headline = dict(benchmark="attention_scaling_packed", backend=backend)
     for causal in (False, True):
         for n in PACKED_LENGTHS:
@@ -366,6 +362,16 @@ def packed_main(args: argparse.Namespace) -> None:
             headline[f"{name}_all_tiles_over_blockwise"] = round(
                 every["time_s"] / best["time_s"], 2)
     print(json.dumps(headline))
+
+
+def write_results(out: Path, description: str, backend: str, heads: int, rows: list[dict],
+                  **fields) -> None:
+    """A results file of either mode: the machine, date and shape, then one row a case."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(dict(
+        machine=description, date=datetime.date.today().isoformat(), backend=backend,
+        heads=heads, d_k=D_K, **fields, results=rows), indent=1) + "\n")
+    print(f"wrote {out}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -403,15 +409,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"time at n = {TIME_N:,}, forward + backward: blockwise <= {TIME_LIMIT}x dense: "
           f"{verdict['time']} (blockwise / dense: {verdict['blockwise_over_dense_time_at_2048']})")
 
-    out = args.out or ROOT / "experiments" / "results" / (
-        "attention_scaling_quick.json" if args.quick else "attention_scaling.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
     fields = ("kind", "n", "pass", "time_s", "peak_bytes", "measured_bytes", "error")
-    results = [{field: r[field] for field in fields} for r in rows]
-    out.write_text(json.dumps(dict(
-        machine=description, date=datetime.date.today().isoformat(), backend=backend,
-        heads=HEADS, d_k=D_K, results=results), indent=1) + "\n")
-    print(f"wrote {out}")
+    write_results(args.out or ROOT / "experiments" / "results" / (
+        "attention_scaling_quick.json" if args.quick else "attention_scaling.json"),
+        description, backend, HEADS, [{field: r[field] for field in fields} for r in rows])
 
     largest = lengths[-1]
     headline = dict(benchmark="attention_scaling", backend=backend, heads=HEADS, d_k=D_K,
