@@ -320,6 +320,51 @@ def test_beams_share_their_sentences_cross_attention_keys_and_values(params):
         np.testing.assert_array_equal(out, seqs[:, 0])
 
 
+def test_cache_lengths_double_from_the_first_phase_up_to_the_buffer():
+    assert decode.cache_lengths(64) == (16, 32, 64)
+    assert decode.cache_lengths(80, 16) == (16, 32, 64, 80)
+    assert decode.cache_lengths(16, 16) == (16,)
+    assert decode.cache_lengths(12, 16) == (12,)
+    assert decode.cache_lengths(64, 0) == (64,)
+
+
+def test_beam_search_in_phases_of_growing_cache_finds_the_same(params):
+    """A cache that starts 4 positions long and grows (4, 8, 16, 29) gives beam search the
+    hypotheses and scores of a cache of all 29 positions; hypotheses end in different
+    phases, and sentence 1 stops mid-phase."""
+    src, k, max_len = source_batch(), 3, 29
+    encoded, segments = decode.encode(params, TINY, src)
+    phases = decode.Phases(decode.cache_lengths(max_len, 4), decode.grow_cache)
+    assert phases.lengths == (4, 8, 16, 29)
+    results = []
+    for lengths in (phases, None):
+        step, cache = decode.cached_step(params, TINY, encoded, segments,
+                                         lengths.lengths[0] if lengths else max_len, beams=k)
+        results.append(jax.jit(lambda c, step=step, lengths=lengths: decode.beam_search(
+            step, c, beam_size=k, alpha=0.6, max_lengths=jnp.array([29, 11], jnp.int32),
+            max_len=max_len, phases=lengths))(cache))
+    (seqs, scores), (full_seqs, full_scores) = results
+    np.testing.assert_array_equal(seqs, full_seqs)
+    np.testing.assert_allclose(scores, full_scores, rtol=1e-5)
+    ended = {len(tokens_of(s)) for s in np.asarray(seqs).reshape(2 * k, -1)}
+    assert len(ended) > 1 and max(ended) > 4  # finished in different phases
+
+    grown = decode.grow_cache(cache, 40)["decoder"]["layer_1"]["self_attention"]
+    assert grown["cached_key"].shape[2] == grown["cached_value"].shape[2] == 40
+    assert grown["cache_index"].shape == ()
+
+
+def test_greedy_generate_in_phases_of_growing_cache_changes_no_output(params):
+    """Forced to full length (no EOS), the output crosses every phase (4, 8, 16, 32, 40)."""
+    src, max_lengths = source_batch(), jnp.array([40, 23], jnp.int32)
+    outputs = [np.asarray(decode.generate(
+        params, src, max_lengths, jax.random.key(3), config=TINY,
+        decoding=decode.DecodeConfig(strategy="greedy"), max_len=40, eos_id=-1,
+        cache_phase=phase)) for phase in (4, 0)]
+    np.testing.assert_array_equal(outputs[0], outputs[1])
+    assert (outputs[0][0] > 0).all() and (outputs[0][1, :23] > 0).all()
+
+
 # ----------------------------------------------------------------------------------------
 # Sampling
 

@@ -8,7 +8,9 @@ masked self-attention in the ``cache`` collection, and its cross-attention keeps
 encoder's keys and values, computed once per sentence and shared by the sentence's beams
 (leaves [b, ...], where the self-attention's are [b * k, ...] and follow their beams).
 :func:`uncached_step` recomputes the whole decoder prefix at every step instead (the
-baseline the cache is measured against).
+baseline the cache is measured against). :func:`generate` runs the cached decoder in
+:class:`Phases` of growing cache length, so that early steps neither attend over nor reorder
+the empty end of the cache.
 Any other step function (a hand-set table in the tests) drives the same searches.
 
 Shapes: b = batch, k = beam size, s = source length, L = maximum output length (the
@@ -21,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -125,6 +127,64 @@ def cached_step(params: Any, config: TransformerConfig, encoded: Array,
     return tokens_to_logits, cache
 
 
+# The first phase's cache length when decoding in phases (see :class:`Phases`).
+CACHE_PHASE = 16
+
+
+class Phases(NamedTuple):
+    """Decoding in phases of growing cache length.
+
+    Step i attends over cache positions 0..i only, yet a cache of the full L positions costs
+    every step its whole length: in the attention (masked to the prefix) and, in beam
+    search, in reordering the self-attention keys and values with the beams. In phases, the
+    cache starts ``lengths[0]`` long, phase p runs while the step is below ``lengths[p]``,
+    then ``grow`` pads the step function's state to the next length. With lengths that
+    double, an average step's cache-length work is about 2/3 of a full cache's, and the loop
+    compiles once per phase (a handful: log2 of L / the first length).
+    """
+
+    lengths: tuple[int, ...]  # increasing, the last = the output buffer L
+    grow: Callable[[Any, int], Any]  # (state, longer length) -> state
+
+
+def cache_lengths(max_len: int, first: int = CACHE_PHASE) -> tuple[int, ...]:
+    """``first``, twice that, ... below ``max_len``, then ``max_len``; (max_len,) for
+    first <= 0."""
+    lengths = []
+    while 0 < first < max_len:
+        lengths.append(first)
+        first *= 2
+    return (*lengths, max_len)
+
+
+def grow_cache(cache: Any, length: int) -> Any:
+    """The self-attention keys and values of a :func:`cached_step` cache ([n, h, L, d]
+    leaves) padded with zeros to ``length`` positions; other leaves as they are."""
+
+    def pad(path: Any, x: Array) -> Array:
+        if getattr(path[-1], "key", None) not in ("cached_key", "cached_value"):
+            return x
+        widths = [(0, 0)] * x.ndim
+        widths[2] = (0, length - x.shape[2])
+        return jnp.pad(x, widths)
+
+    return jax.tree_util.tree_map_with_path(pad, cache)
+
+
+def _while(cond: Callable[[Any], Array], body: Callable[[Any], Any], state: tuple,
+           phases: Phases | None, cache_at: int) -> tuple:
+    """``jax.lax.while_loop(cond, body, state)`` for a state whose item 0 is the step and
+    item ``cache_at`` the step function's state, run in ``phases`` when given."""
+    if phases is None:
+        return jax.lax.while_loop(cond, body, state)
+    for n, length in enumerate(phases.lengths):
+        if n:
+            grown = phases.grow(state[cache_at], length)
+            state = (*state[:cache_at], grown, *state[cache_at + 1:])
+        state = jax.lax.while_loop(lambda s, end=length: cond(s) & (s[0] < end), body, state)
+    return state
+
+
 def uncached_step(params: Any, config: TransformerConfig, encoded: Array,
                   inputs_segment_ids: Array, max_len: int, beams: int = 1,
                   bucket: int = 16) -> tuple[StepFn, Any]:
@@ -184,7 +244,8 @@ def filter_logits(logits: Array, temperature: float = 1.0, top_k: int = 0,
 
 
 def _one_by_one(tokens_to_logits: StepFn, cache: Any, max_lengths: Array, max_len: int,
-                choose: Callable[[Array, Array], Array], eos_id: int) -> Array:
+                choose: Callable[[Array, Array], Array], eos_id: int,
+                phases: Phases | None) -> Array:
     """The loop of greedy search and sampling: ``choose(logits [b, V], step)`` -> ids [b]."""
     b = max_lengths.shape[0]
 
@@ -202,37 +263,41 @@ def _one_by_one(tokens_to_logits: StepFn, cache: Any, max_lengths: Array, max_le
 
     init = (jnp.int32(0), cache, jnp.full((b,), PAD_ID, jnp.int32),
             jnp.zeros((b, max_len), jnp.int32), max_lengths <= 0)
-    return jax.lax.while_loop(cond, body, init)[3]
+    return _while(cond, body, init, phases, cache_at=1)[3]
 
 
 def greedy_search(tokens_to_logits: StepFn, cache: Any, max_lengths: Array, max_len: int,
-                  eos_id: int = EOS_ID) -> Array:
+                  eos_id: int = EOS_ID, phases: Phases | None = None) -> Array:
     """The most probable token at every step, until EOS or a sequence's maximum length.
 
     Args:
       cache: the step function's state, leaves [b, ...].
       max_lengths: [b] the longest output of each sequence (<= max_len).
       eos_id: the end symbol; -1 never ends a sequence early (for benchmarks).
+      phases: decode in phases of growing cache (:class:`Phases`); ``cache`` then has the
+        first phase's length.
     Returns:
       [b, max_len] ids.
     """
     return _one_by_one(tokens_to_logits, cache, max_lengths, max_len,
-                       lambda logits, _: jnp.argmax(logits, axis=-1), eos_id)
+                       lambda logits, _: jnp.argmax(logits, axis=-1), eos_id, phases)
 
 
 def sample_search(tokens_to_logits: StepFn, cache: Any, key: Array, max_lengths: Array,
                   max_len: int, *, temperature: float = 1.0, top_k: int = 0,
-                  top_p: float = 1.0, eos_id: int = EOS_ID) -> Array:
+                  top_p: float = 1.0, eos_id: int = EOS_ID,
+                  phases: Phases | None = None) -> Array:
     """Ancestral sampling from the filtered distribution (:func:`filter_logits`) at every
     step; temperature 0 is greedy search. Shapes as :func:`greedy_search`."""
     if temperature == 0.0:
-        return greedy_search(tokens_to_logits, cache, max_lengths, max_len, eos_id)
+        return greedy_search(tokens_to_logits, cache, max_lengths, max_len, eos_id, phases)
 
     def choose(logits: Array, step: Array) -> Array:
         filtered = filter_logits(logits, temperature, top_k, top_p)  # [b, V]
         return jax.random.categorical(jax.random.fold_in(key, step), filtered, axis=-1)
 
-    return _one_by_one(tokens_to_logits, cache, max_lengths, max_len, choose, eos_id)
+    return _one_by_one(tokens_to_logits, cache, max_lengths, max_len, choose, eos_id,
+                       phases)
 
 
 # ----------------------------------------------------------------------------------------
@@ -258,8 +323,8 @@ def _gather_beams(tree: Any, beam_index: Array, b: int, k: int) -> Any:
 
 
 def beam_search(tokens_to_logits: StepFn, cache: Any, *, beam_size: int, alpha: float,
-                max_lengths: Array, max_len: int,
-                eos_id: int = EOS_ID) -> tuple[Array, Array]:
+                max_lengths: Array, max_len: int, eos_id: int = EOS_ID,
+                phases: Phases | None = None) -> tuple[Array, Array]:
     """Beam search with GNMT's length penalty, for a batch of sequences.
 
     Every step extends each of the k live hypotheses of a sentence by every token and ranks
@@ -276,6 +341,8 @@ def beam_search(tokens_to_logits: StepFn, cache: Any, *, beam_size: int, alpha: 
         [b, ...] (shared by a sentence's beams) or scalars.
       max_lengths: [b] the longest output of each sentence (<= max_len).
       eos_id: the end symbol; -1 never ends a hypothesis early (for benchmarks).
+      phases: decode in phases of growing cache (:class:`Phases`); ``cache`` then has the
+        first phase's length.
     Returns:
       (sequences [b, k, max_len], scores [b, k]), best first; -inf marks an empty slot.
     """
@@ -324,7 +391,7 @@ def beam_search(tokens_to_logits: StepFn, cache: Any, *, beam_size: int, alpha: 
     alive_lp = jnp.tile(jnp.array([0.0] + [-jnp.inf] * (k - 1), jnp.float32), (b, 1))
     state = (jnp.int32(0), seqs, alive_lp, seqs, jnp.full((b, k), neg_inf), max_lengths <= 0,
              cache)
-    _, _, _, fin_seqs, fin_scores, _, _ = jax.lax.while_loop(cond, body, state)
+    _, _, _, fin_seqs, fin_scores, _, _ = _while(cond, body, state, phases, cache_at=6)
     return fin_seqs, fin_scores
 
 
@@ -333,10 +400,11 @@ def beam_search(tokens_to_logits: StepFn, cache: Any, *, beam_size: int, alpha: 
 
 
 @functools.partial(jax.jit, static_argnames=("config", "decoding", "max_len", "use_cache",
-                                             "eos_id"))
+                                             "eos_id", "cache_phase"))
 def generate(params: Any, inputs: Array, max_lengths: Array, key: Array, *,
              config: TransformerConfig, decoding: DecodeConfig, max_len: int,
-             use_cache: bool = True, eos_id: int = EOS_ID) -> Array:
+             use_cache: bool = True, eos_id: int = EOS_ID,
+             cache_phase: int = CACHE_PHASE) -> Array:
     """Translates a batch with the strategy of ``decoding``.
 
     Args:
@@ -344,21 +412,29 @@ def generate(params: Any, inputs: Array, max_lengths: Array, key: Array, *,
       max_lengths: [b] the longest output of each sentence (<= max_len).
       key: PRNG key for sampling (unused by greedy and beam search).
       use_cache: False recomputes the decoder prefix at every step (for benchmarks).
+      cache_phase: the cached decoder runs in :class:`Phases` whose cache lengths start
+        at this and double up to ``max_len``; 0 keeps a ``max_len`` cache throughout.
     Returns:
       [b, max_len] output ids: tokens, EOS, then padding.
     """
     encoded, src_segments = encode(params, config, inputs)
     beams = decoding.beam_size if decoding.strategy == "beam" else 1
-    make_step = cached_step if use_cache else uncached_step
-    step, cache = make_step(params, config, encoded, src_segments, max_len, beams)
+    if use_cache:
+        phases = Phases(cache_lengths(max_len, cache_phase), grow_cache)
+        step, cache = cached_step(params, config, encoded, src_segments, phases.lengths[0],
+                                  beams)
+    else:
+        phases = None
+        step, cache = uncached_step(params, config, encoded, src_segments, max_len, beams)
     if decoding.strategy == "greedy":
-        return greedy_search(step, cache, max_lengths, max_len, eos_id)
+        return greedy_search(step, cache, max_lengths, max_len, eos_id, phases)
     if decoding.strategy == "sample":
         return sample_search(step, cache, key, max_lengths, max_len,
                              temperature=decoding.temperature, top_k=decoding.top_k,
-                             top_p=decoding.top_p, eos_id=eos_id)
+                             top_p=decoding.top_p, eos_id=eos_id, phases=phases)
     seqs, _ = beam_search(step, cache, beam_size=decoding.beam_size, alpha=decoding.alpha,
-                          max_lengths=max_lengths, max_len=max_len, eos_id=eos_id)
+                          max_lengths=max_lengths, max_len=max_len, eos_id=eos_id,
+                          phases=phases)
     return seqs[:, 0]
 
 
