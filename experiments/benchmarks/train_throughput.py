@@ -27,7 +27,9 @@ read before timing, so the pipeline is not measured; after compiling, the halves
 changing load falls on both alike. Tokens/s counts real target tokens (padding excluded);
 ``short_rows_speedup`` is the ratio of the two halves' tokens/s over all their turns, and
 should be at least 1.25. The ratio of each turn is printed too: on a shared machine their
-spread shows how much the load moved.
+spread shows how much the load moved. ``short_flops_ratio`` is what the same FLOP rate in
+both halves would give: the ratio of their model FLOPs per real target token
+(``params.train_flops_per_token`` at each row length, over the share of slots not padding).
 
 Ends with one JSON line of the headline figures.
 """
@@ -196,7 +198,7 @@ def measure_short(dtype: str, kind: str, steps: int, repeats: int) -> dict:
                           "batches": batches, "row_len": data.shape.row_len,
                           "rows": data.rows, "kernel": kernel,
                           "vocab": data.tokenizer.vocab_size, "seconds": 0.0, "tokens": 0,
-                          "turns": [],
+                          "turns": [], "model_config": model_config,
                           "padding": float(np.mean([pipeline.padding_fraction(b)
                                                     for b in batches]))}
     key = jax.random.key(1)
@@ -227,9 +229,17 @@ def measure_short(dtype: str, kind: str, steps: int, repeats: int) -> dict:
               f"target tokens/s  (batch {run['rows']} x {run['row_len']}, {run['kernel']} "
               f"attention, padding {run['padding']:.1%}, vocabulary {run['vocab']}, compile "
               f"{run['compile_s']:.0f} s)", flush=True)
+        # Model FLOPs per real target token: a slot's, over the share of slots that hold one.
+        flops = params.train_flops_per_token(run["model_config"], run["row_len"]) / (
+            1.0 - run["padding"])
         out[name] = {"tokens_per_s": tokens_per_s, "row_len": run["row_len"],
-                     "kernel": run["kernel"], "step_s": step_s}
+                     "kernel": run["kernel"], "step_s": step_s, "flops_per_token": flops}
     out["speedup"] = out["sized"]["tokens_per_s"] / out["rows256"]["tokens_per_s"]
+    out["flops_ratio"] = out["rows256"]["flops_per_token"] / out["sized"]["flops_per_token"]
+    print(f"short: model FLOPs per real target token {out['sized']['flops_per_token'] / 1e6:.1f}M "
+          f"sized, {out['rows256']['flops_per_token'] / 1e6:.1f}M in rows of 256 (attention and "
+          f"padding): at equal FLOP rates the sized rows would be {out['flops_ratio']:.2f}x as "
+          "fast")
     turns = [a / b for a, b in zip(runs["sized"]["turns"], runs["rows256"]["turns"],
                                    strict=True)]
     print("short: tokens/s ratio of each turn " + ", ".join(f"{r:.2f}" for r in turns) +
@@ -301,7 +311,8 @@ def main() -> None:
             "short_rows256_tokens_per_s": round(short["rows256"]["tokens_per_s"], 1),
             "short_row_len": short["sized"]["row_len"],
             "short_kernels": f"{short['sized']['kernel']} / {short['rows256']['kernel']}",
-            "short_rows_speedup": round(short["speedup"], 3)})
+            "short_rows_speedup": round(short["speedup"], 3),
+            "short_flops_ratio": round(short["flops_ratio"], 3)})
     print(json.dumps(summary))
 
 
