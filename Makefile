@@ -12,7 +12,7 @@ PYTHON ?= $(shell for p in python3.12 "$$(PYENV_VERSION=$$(pyenv versions --bare
 	&& "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null \
 	&& { echo "$$p"; break; }; done)
 
-.PHONY: venv demo test test-all lint faults clean-demo accelerator-check
+.PHONY: venv demo test test-all layers lint faults clean-demo accelerator-check
 
 venv: $(VENV)/.installed
 
@@ -28,7 +28,7 @@ demo: venv
 	$(PY) -m transformer_jax.main --config=configs/demo.py --workdir=$(DEMO_DIR)
 
 # Within CI's 20 minutes on 2 cores: every test but those marked slow and the fault suite.
-test: venv
+test: venv layers
 	$(PY) -m pytest -q -m "not slow"
 
 # Every test but the fault suite, the slow ones included (about 25 minutes on 2 cores): the
@@ -45,6 +45,11 @@ faults: venv
 # line. Within 8 minutes on one GPU; install JAX's GPU or TPU build first (pip install -e '.[cuda]').
 accelerator-check: venv
 	$(PY) -m experiments.benchmarks.accelerator_check
+
+# The layers of docs/architecture.md (import-linter's contract in pyproject.toml): no module
+# imports from a layer above its own.
+layers: venv
+	$(VENV)/bin/lint-imports --no-cache
 
 lint: venv
 	$(VENV)/bin/ruff check transformer_jax configs experiments tests launch

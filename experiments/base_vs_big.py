@@ -13,8 +13,8 @@ At --scale=demo big becomes d_model 256, d_ff 1,024, 16 heads for 1,350 steps (3
 base's 450), about three times the base's CPU time per step.
 """
 
-from transformer_jax import hyper
-from transformer_jax.sweep import Sweep
+from transformer_jax.sweeps import hyper
+from transformer_jax.sweeps.sweep import Sweep
 
 
 def get_sweep(arg: str | None = None) -> Sweep:

@@ -13,8 +13,9 @@ d_k = 128, 32, 16, 8, 4; experiments/results/heads_ablation_demo/ holds a measur
 with three seeds.
 """
 
-from transformer_jax import config, hyper
-from transformer_jax.sweep import Sweep
+from transformer_jax import config
+from transformer_jax.sweeps import hyper
+from transformer_jax.sweeps.sweep import Sweep
 
 
 def get_sweep(arg: str | None = None) -> Sweep:

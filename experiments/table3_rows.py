@@ -14,9 +14,10 @@ from the variants of transformer_jax/config.py (config.table3_rows); row A is
 experiments/heads_ablation.py.
 """
 
-from transformer_jax import config, hyper
+from transformer_jax import config
 from transformer_jax.errors import UserError
-from transformer_jax.sweep import Sweep
+from transformer_jax.sweeps import hyper
+from transformer_jax.sweeps.sweep import Sweep
 
 
 def get_sweep(arg: str | None = None) -> Sweep:

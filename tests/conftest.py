@@ -29,7 +29,7 @@ def builtin_data_dir(tmp_path_factory):
 def tiny_sweep(builtin_data_dir, tmp_path_factory):
     """(experiment file, root) of helpers.TINY_POINTS run once by the local launcher, two at
     a time: base and D_ls0 finished at step 10, broken failed. Copy the root to change it."""
-    from transformer_jax import sweep
+    from transformer_jax.sweeps import sweep
 
     from .helpers import ROOT, tiny_experiment
 

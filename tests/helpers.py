@@ -7,8 +7,9 @@ import jax
 import ml_collections
 import numpy as np
 
-from transformer_jax import config as config_lib, train
-from transformer_jax.model import TransformerConfig
+from transformer_jax import config as config_lib
+from transformer_jax.model.spec import TransformerConfig
+from transformer_jax.training import train
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = TransformerConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, d_k=8,
@@ -129,7 +130,7 @@ def trained_workdir(tmp_path_factory, data_dir):
     kept, validation BLEU of 8 sentences every 10 steps): for the decoding commands."""
     key = str(data_dir)
     if key not in _TRAINED:
-        from transformer_jax import train
+        from transformer_jax.training import train
 
         workdir = tmp_path_factory.mktemp("trained")
         config = tiny_config(data_dir, num_steps=30, checkpoint_every=10, keep_checkpoints=3,

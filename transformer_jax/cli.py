@@ -7,13 +7,12 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 from absl import app, flags, logging as absl_logging
 from ml_collections import ConfigDict, config_flags
 
-from transformer_jax import storage
 from transformer_jax.errors import UserError
 
 # Errors that mean bad input rather than a bug: reported in one line, exit status 2.
@@ -65,48 +64,6 @@ def flag_config(config_flag: Any) -> ConfigDict:
     from transformer_jax import config as config_lib
 
     return config_lib.apply_overrides(config_flag.value, override_values(config_flag))
-
-
-def workdir_config(workdir: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
-                   allowed: Sequence[str] = ()) -> ConfigDict:
-    """The config saved in ``<workdir>/config.json`` (with the changes of later resumes,
-    ``workdirs.read_config``), with ``overrides`` ({"decode.alpha": 1.0}, from
-    :func:`override_values`) applied and validated.
-
-    ``allowed`` lists the fields (or whole sections, e.g. "decode") a command lets the user
-    change; the model and its training come from the workdir. Raises UserError naming the
-    file (missing or damaged) or the field.
-    """
-    from transformer_jax import config as config_lib, workdirs
-
-    path = storage.path(workdir) / workdirs.CONFIG_FILE
-    saved = workdirs.read_config(workdir)
-    if saved is None:
-        raise UserError(f"{path}: no such file; --workdir must be the workdir of a training "
-                        "run")
-    # Fields added since the run was started keep their defaults.
-    config = config_lib.base_config()
-    _merge(config, saved, str(path))
-    for field, value in (overrides or {}).items():
-        if not any(field == a or field.startswith(a + ".") for a in allowed):
-            names = ", ".join(f"--config.{a}" + ("" if "." in a else ".*") for a in allowed)
-            raise UserError(f"--config.{field}: only {names} may be set here; the rest comes "
-                            f"from {path}")
-        config_lib.apply_overrides(config, {field: value})
-    return config_lib.validate(config)
-
-
-def _merge(config: ConfigDict, values: dict[str, Any], origin: str, prefix: str = "") -> None:
-    for key, value in values.items():
-        if isinstance(value, dict):
-            if key not in config:
-                config[key] = ConfigDict()
-            _merge(config[key], value, origin, f"{prefix}{key}.")
-            continue
-        try:
-            config[key] = value
-        except TypeError as e:
-            raise UserError(f"{origin}: {prefix}{key}={value!r}: {e}") from e
 
 
 def no_extra_args(argv: list[str]) -> None:

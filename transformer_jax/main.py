@@ -27,13 +27,14 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", -1, "This process's index, 0-ba
 def main(argv: list[str], config_flag: Any, workdir_flag: Any) -> None:
     cli.no_extra_args(argv)
     with cli.clean_errors():
-        from transformer_jax import config as config_lib, parallel
+        from transformer_jax import config as config_lib
+        from transformer_jax.training import parallel
 
         # Bad values are refused before anything starts.
         config = config_lib.validate(cli.flag_config(config_flag))
         parallel.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value,
                                         _PROCESS_ID.value)
-        from transformer_jax import train
+        from transformer_jax.training import train
 
         train.train_and_evaluate(config, workdir_flag.value)
 

@@ -19,8 +19,10 @@ import logging
 import sys
 from typing import Any
 
-from transformer_jax import cli, storage
+from transformer_jax import cli
+from transformer_jax.config import resume
 from transformer_jax.errors import DataError
+from transformer_jax.io import storage
 
 TRANSLATE_OVERRIDES = ("decode",)
 
@@ -61,10 +63,11 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
     with cli.clean_errors():
         from tqdm import tqdm
 
-        from transformer_jax import decode, evaluate
+        from transformer_jax.decoding import decode
+        from transformer_jax.evaluation import evaluate
 
         workdir = flags_["workdir"].value
-        config = cli.workdir_config(workdir, cli.override_values(flags_["config"]),
+        config = resume.workdir_config(workdir, cli.override_values(flags_["config"]),
                                     TRANSLATE_OVERRIDES)
         sentences = read_lines(flags_["input"].value)
         output = flags_["output"].value

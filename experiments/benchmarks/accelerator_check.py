@@ -49,16 +49,12 @@ import numpy as np  # noqa: E402
 
 from configs import demo  # noqa: E402
 from experiments.benchmarks import decode_speed, train_throughput  # noqa: E402
-from transformer_jax import (  # noqa: E402
-    attention,
-    config as config_lib,
-    decode,
-    evaluate,
-    hardware,
-    paper,
-    train,
-)
-from transformer_jax.model import TransformerConfig  # noqa: E402
+from transformer_jax import config as config_lib, paper  # noqa: E402
+from transformer_jax.decoding import decode  # noqa: E402
+from transformer_jax.evaluation import evaluate  # noqa: E402
+from transformer_jax.model import attention  # noqa: E402
+from transformer_jax.model.transformer import TransformerConfig  # noqa: E402
+from transformer_jax.training import hardware, train  # noqa: E402
 
 # bfloat16 keeps 8 bits of mantissa (relative rounding 2^-9); a 64-term softmax-weighted sum
 # of such values lands within 1-2% of the largest output, the backward pass's longer chains

@@ -5,7 +5,7 @@
 
 What is measured: self-attention over one unpadded sequence of n tokens (batch 1, 8 heads of
 d_k = d_v = 64, the base model's heads; not causal, as in the encoder), for n = 512, 1,024,
-..., 16,384, by each kernel of ``transformer_jax.attention``: ``dense`` (the paper's),
+..., 16,384, by each kernel of ``transformer_jax.model.attention``: ``dense`` (the paper's),
 ``blockwise`` (tiles of --block-size) and ``local`` (r = --window). Two passes: ``forward``
 (the outputs) and ``backward`` (forward + backward: the gradients of sum(outputs * c) with
 respect to q, k and v, c a fixed random cotangent).
@@ -72,7 +72,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from transformer_jax import attention, attention_cost  # noqa: E402
+from transformer_jax.analysis import attention_cost  # noqa: E402
+from transformer_jax.model import attention  # noqa: E402
 
 KINDS = ("dense", "blockwise", "local")
 PASSES = ("forward", "backward")

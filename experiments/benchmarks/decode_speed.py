@@ -49,8 +49,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from configs import demo  # noqa: E402
-from transformer_jax import config as config_lib, decode, evaluate, train  # noqa: E402
-from transformer_jax.model import TransformerConfig  # noqa: E402
+from transformer_jax import config as config_lib  # noqa: E402
+from transformer_jax.decoding import decode  # noqa: E402
+from transformer_jax.evaluation import evaluate  # noqa: E402
+from transformer_jax.model.transformer import TransformerConfig  # noqa: E402
+from transformer_jax.training import train  # noqa: E402
 
 REQUIRED_SPEEDUP = 5.0
 BASE_SHAPE = {"batch": 8, "source_length": 32, "length": 63}

@@ -40,12 +40,7 @@ if str(ROOT) not in sys.path:  # run as a script, configs/ is not importable oth
     sys.path.insert(0, str(ROOT))
 
 from configs import demo as demo_config  # noqa: E402
-from transformer_jax import (  # noqa: E402
-    config as config_lib,  # noqa: E402
-    params,
-    train,
-    workdirs,
-)
+from transformer_jax import config as config_lib  # noqa: E402
 from transformer_jax.data import (  # noqa: E402
     corpus,
     packing,
@@ -53,6 +48,9 @@ from transformer_jax.data import (  # noqa: E402
     sources,
     tokenizer as tokenizer_lib,  # noqa: E402
 )
+from transformer_jax.io import workdirs  # noqa: E402
+from transformer_jax.model import params  # noqa: E402
+from transformer_jax.training import train  # noqa: E402
 
 PAPER_BASE_TARGET_TOKENS_PER_S = 25_000 / 0.4  # 8 P100 GPUs, 0.4 s per step (section 5.2)
 ASSUMED_ACCELERATOR_FLOPS = 200e12  # sustained train-step FLOP/s of one modern accelerator

@@ -55,16 +55,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from transformer_jax import (  # noqa: E402
-    config as config_lib,
-    hardware,
-    paper,
-    parallel,
-    params,
-    train,
-)
+from transformer_jax import config as config_lib, paper  # noqa: E402
 from transformer_jax.data import corpus, pipeline  # noqa: E402
-from transformer_jax.model import TransformerConfig  # noqa: E402
+from transformer_jax.model import params  # noqa: E402
+from transformer_jax.model.transformer import TransformerConfig  # noqa: E402
+from transformer_jax.training import hardware, parallel, train  # noqa: E402
 
 SIZES = {  # name -> (variant, vocabulary, max_len, CPU tokens per step, accelerator tokens)
     "demo": ("demo", 1000, 64, 2048, 2048),

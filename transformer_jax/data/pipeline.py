@@ -50,10 +50,10 @@ from typing import Any, NamedTuple
 import grain
 import numpy as np
 
-from transformer_jax import faults, storage, workdirs
 from transformer_jax.data import packing as packing_lib, sources, text, tokenizer as tokenizer_lib
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.errors import DataError
+from transformer_jax.io import layout, storage, workdirs
 
 FEATURES = packing_lib.FEATURES
 # Pairs read, tokenized and packed together. Bigger chunks pack tighter (only the last few
@@ -368,7 +368,7 @@ ROWS_FROM_DATA = ("builtin", "text")
 
 def row_len_path(workdir: storage.PathLike) -> storage.Path:
     """Where a run records the row length chosen from its data: next to its vocabulary."""
-    return tokenizer_lib.vocab_path(workdir).with_name("row_len.json")
+    return tokenizer_lib.vocab_path(workdir).with_name(layout.ROW_LEN)
 
 
 def pair_lengths(source: Sequence[tuple[str, str]], tokenizer: Tokenizer,
@@ -415,7 +415,7 @@ def row_len_of(config: Any, workdir: storage.PathLike, source: Sequence[tuple[st
     path = row_len_path(workdir)
     if path.exists():
         return _recorded_row_len(path, d.max_len)
-    if faults.checkpoint_steps_on_disk(workdir):
+    if workdirs.checkpoint_steps_on_disk(workdir):
         row_len = d.max_len
         record: dict[str, Any] = {"row_len": row_len, "chosen_by": "data.max_len: checkpoints "
                                   "trained before rows were sized to the data"}

@@ -29,9 +29,9 @@ from typing import Any
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
-from transformer_jax import storage
 from transformer_jax.data import corpus, text
 from transformer_jax.errors import DataError
+from transformer_jax.io import storage
 
 # dataset name -> (TFDS name, {split: TFDS split}); source/target language keys come from
 # config.data.source_lang / target_lang.

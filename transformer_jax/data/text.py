@@ -29,8 +29,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from transformer_jax import storage
 from transformer_jax.errors import DataError
+from transformer_jax.io import storage
 
 FIRST_LINES_SHOWN = 5  # line numbers quoted per kind of skipped line
 

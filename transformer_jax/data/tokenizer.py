@@ -16,11 +16,10 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 import sentencepiece as spm
 
-from transformer_jax import storage
 from transformer_jax.errors import DataError
+from transformer_jax.io import layout, storage
 
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
-MODEL_NAME = "spm.model"
 
 
 class Tokenizer:
@@ -108,7 +107,7 @@ def train_tokenizer(sentences: Iterable[str], vocab_size: int, model_path: str |
 
 def vocab_path(workdir: str | os.PathLike) -> storage.Path:
     """Where a run keeps its vocabulary."""
-    return storage.path(workdir) / "vocab" / MODEL_NAME
+    return storage.path(workdir) / layout.VOCAB / layout.VOCAB_MODEL
 
 
 def load_or_train(workdir: str | os.PathLike, sample: Iterable[str] | None, vocab_size: int,

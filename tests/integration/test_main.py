@@ -1,0 +1,75 @@
+"""End to end on the built-in corpus: training lowers the loss, resuming loses nothing."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transformer_jax.io import layout, workdirs
+from transformer_jax.training import train
+
+from ..helpers import tiny_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def logged(workdir, split="train", key="loss"):
+    """{step: value} from metrics.jsonl, the last line for a step winning."""
+    return {step: record[key]
+            for step, record in workdirs.read_metrics(workdir).get(split, {}).items()}
+
+
+def test_short_run_lowers_the_loss(tmp_path, builtin_data_dir):
+    config = tiny_config(builtin_data_dir, num_steps=40, log_every=5, eval_every=20,
+                         keep_checkpoints=2)
+    final = train.train_and_evaluate(config, tmp_path)
+    losses = logged(tmp_path)
+    assert sorted(losses) == list(range(5, 45, 5))
+    assert losses[40] < 0.8 * losses[5]
+    evals = logged(tmp_path, "eval", "perplexity")
+    assert evals[40] < evals[20] and final["perplexity"] == evals[40]
+    assert (tmp_path / layout.VOCAB / layout.VOCAB_MODEL).exists()
+    assert sorted(int(p.name) for p in (tmp_path / layout.CHECKPOINTS).iterdir()
+                  if p.name.isdigit()) == [30, 40]  # every 10 steps, the last 2 kept
+    assert any((tmp_path / layout.TENSORBOARD).iterdir())
+
+
+def test_resumed_run_repeats_an_uninterrupted_one(tmp_path, builtin_data_dir):
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    train.train_and_evaluate(tiny_config(builtin_data_dir, num_steps=20, log_every=1), straight)
+    # "Interrupt" after 10 steps, then run the same command to 20.
+    train.train_and_evaluate(tiny_config(builtin_data_dir, num_steps=10, log_every=1), stopped)
+    train.train_and_evaluate(tiny_config(builtin_data_dir, num_steps=20, log_every=1), stopped)
+    # config.json keeps the settings the run started with; the resume's change is recorded.
+    assert json.loads((stopped / layout.CONFIG).read_text())["train"]["num_steps"] == 10
+    changes = [json.loads(line)["changes"]
+               for line in (stopped / "config_changes.jsonl").read_text().splitlines()]
+    assert changes == [{"train.num_steps": [10, 20]}]
+    assert not (stopped / "hold.json").exists()  # released by each run as it ended
+    a, b = logged(straight), logged(stopped)
+    assert sorted(a) == sorted(b) == list(range(1, 21))
+    for step in range(1, 21):
+        assert b[step] == pytest.approx(a[step], abs=1e-6), step
+
+
+def test_main_command_trains_and_reports_bad_workdir(tmp_path, builtin_data_dir):
+    args = [sys.executable, "-m", "transformer_jax.main", "--config=configs/demo.py",
+            f"--config.data.data_dir={builtin_data_dir}", "--config.data.vocab_size=200",
+            "--config.model.num_layers=1", "--config.model.d_model=32",
+            "--config.model.d_ff=64", "--config.train.num_steps=4", "--config.train.log_every=2",
+            "--config.train.bleu_sentences=8", "--config.train.samples=2",
+            "--config.train.eval_batches=1"]
+    ok = subprocess.run([*args, f"--workdir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True,
+                        text=True, timeout=600)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert "test BLEU" in ok.stderr and "reference:" in ok.stdout
+    final = json.loads((tmp_path / "run" / layout.FINAL_METRICS).read_text())
+    assert 0.0 <= final["test_bleu"] <= 100.0 and final["bleu_sentences"] == 8
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    bad = subprocess.run([*args, f"--workdir={blocker / 'run'}"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=600)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines()[-1].startswith(f"error: workdir {blocker / 'run'}")

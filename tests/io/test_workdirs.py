@@ -1,0 +1,279 @@
+"""A workdir's state: finished, unfinished, failed, queued or missing, its metrics, the hold
+of the run training in it, and the settings it remembers."""
+
+import datetime
+import json
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from transformer_jax.config import resume
+from transformer_jax.errors import UserError
+from transformer_jax.io import workdirs
+from transformer_jax.training import train
+
+from ..helpers import ROOT, tiny_config
+
+
+def test_read_metrics_keeps_the_last_line_of_a_step(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("\n".join([
+        json.dumps({"split": "train", "step": 50, "loss": 5.0, "tokens_per_s": 900.0}),
+        json.dumps({"split": "eval", "step": 50, "loss": 4.0, "perplexity": 40.0}),
+        json.dumps({"split": "train", "step": 50, "loss": 4.5, "tokens_per_s": 1000.0}),
+        json.dumps({"split": "eval", "step": 50, "bleu": 12.5}),
+        '{"split": "train", "st',  # cut short by a killed run
+    ]) + "\n")
+    metrics = workdirs.read_metrics(tmp_path)
+    assert metrics["train"] == {50: {"split": "train", "step": 50, "loss": 4.5,
+                                     "tokens_per_s": 1000.0}}
+    assert metrics["eval"][50] == {"split": "eval", "step": 50, "loss": 4.0,
+                                   "perplexity": 40.0, "bleu": 12.5}
+    records = workdirs.read_metric_records(tmp_path)  # every whole line, in order
+    assert [(r["split"], r.get("loss")) for r in records] == [
+        ("train", 5.0), ("eval", 4.0), ("train", 4.5), ("eval", None)]
+    assert workdirs.read_metrics(tmp_path / "missing") == {}
+
+
+def _write(path, value):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(value if isinstance(value, str) else json.dumps(value))
+
+
+def test_status_of_a_workdir(tmp_path):
+    run = tmp_path / "run"
+    assert str(workdirs.point_status(run, 450)) == "missing"
+    _write(run / "metrics.jsonl", json.dumps({"split": "train", "step": 150, "loss": 3.0}))
+    assert str(workdirs.point_status(run, 450)) == "unfinished (step 150 of 450)"
+    _write(run / "sweep_point.json", {"attempts": [{"returncode": 0}, {"returncode": -9}]})
+    assert str(workdirs.point_status(run, 450)) == "failed (exit -9, at step 150 of 450)"
+    _write(run / "sweep_point.json", {"attempts": [{"job_id": "77"}]})
+    assert str(workdirs.point_status(run, 450, squeue=lambda job: job == "77")) == (
+        "queued (SLURM job 77)")
+    assert workdirs.point_status(run, 450, squeue=lambda job: False).kind == "unfinished"
+    # Finished at the config's last step; a config asking for more makes it unfinished.
+    _write(run / "final_metrics.json", {"step": 450, "perplexity": 1.3})
+    assert workdirs.point_status(run, 450).kind == "finished"
+    assert workdirs.point_status(run, 900).kind == "unfinished"
+
+
+def test_record_attempt_appends(tmp_path):
+    header = {"sweep": "s", "point": "p"}
+    workdirs.record_attempt(tmp_path / "p", header, {"returncode": 1})
+    workdirs.record_attempt(tmp_path / "p", header, {"returncode": 0})
+    record = json.loads((tmp_path / "p" / "sweep_point.json").read_text())
+    assert record["point"] == "p" and [a["returncode"] for a in record["attempts"]] == [1, 0]
+    assert workdirs.machine().split("-core ")[0].isdigit()
+
+
+# ----------------------------------------------------------------------------------------
+# The hold
+
+
+def _hold(workdir, **fields):
+    hold = {"host": socket.gethostname(), "pid": os.getpid(), "since": workdirs.now(),
+            "heartbeat": workdirs.now(), **fields}
+    _write(workdir / "hold.json", hold)
+    return hold
+
+
+def _ago(seconds):
+    return (datetime.datetime.now().astimezone()
+            - datetime.timedelta(seconds=seconds)).isoformat(timespec="seconds")
+
+
+@pytest.fixture
+def sleeper():
+    """A live process of this host (not this one), ended after the test."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    yield child.pid
+    child.kill()
+    child.wait()
+
+
+def test_a_second_run_is_refused_while_the_first_holds(tmp_path, sleeper):
+    with workdirs.Hold(tmp_path) as first:
+        held = workdirs.read_hold(tmp_path)
+        assert held["pid"] == os.getpid() and held["host"] == socket.gethostname()
+        assert workdirs.hold_is_live(held)
+        with pytest.raises(UserError, match=rf"{tmp_path} is in use by another training run: "
+                                            rf"process {os.getpid()} on .* since "
+                                            rf"{re.escape(first.mine['since'])}"):
+            workdirs.Hold(tmp_path).__enter__()
+    # Another process of this host, through the training entry point: refused before the
+    # vocabulary or config.json are written.
+    hold = _hold(tmp_path, pid=sleeper)
+    with pytest.raises(UserError, match=rf"process {sleeper} on {hold['host']} since "
+                                        rf"{re.escape(hold['since'])}"):
+        train.train_and_evaluate(tiny_config(tmp_path / "no-data"), tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hold.json"]
+    assert workdirs.read_hold(tmp_path) == hold  # the holder's file is left alone
+
+
+def test_a_held_workdir_is_one_line_from_the_command(tmp_path, sleeper):
+    hold = _hold(tmp_path, pid=sleeper)
+    run = subprocess.run([sys.executable, "-m", "transformer_jax.main", "--config=configs/demo.py",
+                          f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "TRANSFORMER_JAX_TRACEBACK": ""})
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines()[-1] == (
+        f"error: {tmp_path} is in use by another training run: process {sleeper} on "
+        f"{hold['host']} since {hold['since']} (heartbeat {hold['heartbeat']}, "
+        f"{tmp_path / 'hold.json'}); wait for it to end or choose another --workdir")
+
+
+def test_stale_holds_are_taken_over(tmp_path, caplog):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # reaped: its pid names no process
+    elsewhere_old = {"host": "elsewhere", "pid": os.getpid(), "since": _ago(3600),
+                     "heartbeat": _ago(workdirs.STALE_AFTER_S + 60)}
+    elsewhere_fresh = {**elsewhere_old, "heartbeat": _ago(workdirs.STALE_AFTER_S - 60)}
+    assert not workdirs.hold_is_live(elsewhere_old)
+    assert workdirs.hold_is_live(elsewhere_fresh)  # another host: its pid means nothing here
+    assert not workdirs.hold_is_live(elsewhere_fresh, now=time.time() + 120)
+    for stale in ({"pid": gone.pid}, elsewhere_old):
+        _hold(tmp_path, **stale)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING), workdirs.Hold(tmp_path):
+            assert workdirs.read_hold(tmp_path)["pid"] == os.getpid()
+        assert f"taking over {tmp_path} from a run that is gone: process {stale['pid']}" in (
+            caplog.text)
+    _hold(tmp_path, **elsewhere_fresh)
+    with pytest.raises(UserError, match="in use by another training run: process .* on "
+                                        "elsewhere"):
+        workdirs.Hold(tmp_path).__enter__()
+
+
+def _eventually(predicate, timeout=10.0):
+    """Whether ``predicate()`` became true within ``timeout`` seconds (a busy machine may
+    delay the heartbeat thread)."""
+    deadline = time.time() + timeout
+    while not predicate():
+        if time.time() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_the_hold_beats_and_is_released(tmp_path):
+    with workdirs.Hold(tmp_path, heartbeat_s=0.05):
+        old = _ago(3600)
+        _write(tmp_path / "hold.json", {**workdirs.read_hold(tmp_path), "heartbeat": old})
+        assert _eventually(lambda: workdirs.read_hold(tmp_path)["heartbeat"] != old)
+        (tmp_path / "hold.json").unlink()  # removed by hand while the run goes on
+        assert _eventually(lambda: (workdirs.read_hold(tmp_path) or {}).get("pid")
+                           == os.getpid())
+    assert not (tmp_path / "hold.json").exists()
+    with pytest.raises(RuntimeError), workdirs.Hold(tmp_path):
+        raise RuntimeError("the run failed")
+    assert not (tmp_path / "hold.json").exists()
+    # Taken over while holding (its heartbeat was late): the new holder's file stays.
+    with workdirs.Hold(tmp_path, heartbeat_s=0.05) as hold:
+        other = _hold(tmp_path, host="elsewhere")
+        assert _eventually(lambda: not hold._thread.is_alive())  # stopped beating
+    assert workdirs.read_hold(tmp_path) == other
+    # Processes other than 0 of a multi-process run hold nothing.
+    (tmp_path / "hold.json").unlink()
+    with workdirs.Hold(tmp_path, enabled=False):
+        assert workdirs.read_hold(tmp_path) is None
+
+
+# ----------------------------------------------------------------------------------------
+# The settings a workdir was trained with
+
+
+def _config_dict(**fields):
+    """The tiny config as config.json holds it, with {"section.field": value} changes."""
+    config = tiny_config("data")
+    for field, value in fields.items():
+        section, key = field.split(".")
+        config[section][key] = value
+    return json.loads(config.to_json_best_effort())
+
+
+def test_resume_conflicts_name_each_fixed_field_and_both_values():
+    saved = _config_dict()
+    assert resume.resume_conflicts(saved, _config_dict(**{
+        "train.num_steps": 99, "decode.beam_size": 1, "optim.warmup_steps": 7,
+        "model.remat": True, "model.block_size": 64, "model.attention": "blockwise"})) == []
+    assert resume.resume_conflicts(saved, _config_dict(**{
+        "model.d_model": 256, "data.vocab_size": 300, "data.name": "text",
+        "model.attention": "local", "optim.grad_accum_steps": 2})) == [
+        "model.d_model: 32 in the workdir, 256 asked",
+        "model.attention: 'dense' in the workdir, 'local' asked",
+        "data.name: 'builtin' in the workdir, 'text' asked",
+        "data.vocab_size: 200 in the workdir, 300 asked",
+        "optim.grad_accum_steps: 1 in the workdir, 2 asked"]
+    # A field added since the run was saved counts as its default.
+    del saved["model"]["num_kv_heads"]
+    assert resume.resume_conflicts(saved, _config_dict(**{"model.num_kv_heads": 1})) == [
+        "model.num_kv_heads: 0 in the workdir, 1 asked"]
+    assert resume.resume_conflicts(saved, _config_dict()) == []
+
+
+def test_safe_changes_are_recorded_and_config_json_kept(tmp_path):
+    original = _config_dict()
+    assert resume.remember_config(tmp_path, original, resuming=False) == {}
+    (tmp_path / "checkpoints" / "10").mkdir(parents=True)
+    longer = _config_dict(**{"train.num_steps": 40, "decode.beam_size": 2})
+    assert resume.remember_config(tmp_path, longer, resuming=True) == {
+        "train.num_steps": (20, 40), "decode.beam_size": (4, 2)}
+    assert resume.remember_config(tmp_path, longer, resuming=True) == {}  # nothing new
+    assert resume.remember_config(tmp_path, _config_dict(**{"train.num_steps": 50}),
+                                    resuming=True) == {"train.num_steps": (40, 50),
+                                                       "decode.beam_size": (2, 4)}
+    assert json.loads((tmp_path / "config.json").read_text()) == original
+    lines = [json.loads(x) for x in (tmp_path / "config_changes.jsonl").read_text().splitlines()]
+    assert [x["changes"] for x in lines] == [
+        {"train.num_steps": [20, 40], "decode.beam_size": [4, 2]},
+        {"train.num_steps": [40, 50], "decode.beam_size": [2, 4]}]
+    saved = workdirs.read_config(tmp_path)
+    assert saved["train"]["num_steps"] == 50 and saved["decode"]["beam_size"] == 4
+    assert resume.workdir_config(tmp_path).train.num_steps == 50  # what evaluate and translate use
+    # Without a checkpoint (a vocabulary only) a model change is a new run; a data one is not.
+    (tmp_path / "checkpoints" / "10").rmdir()
+    resume.remember_config(tmp_path, _config_dict(**{"model.d_model": 64}), resuming=True)
+    with pytest.raises(UserError, match="data.max_len: 32 in the workdir, 64 asked"):
+        resume.remember_config(tmp_path, _config_dict(**{"data.max_len": 64}), resuming=True)
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"model.d_model": 64, "model.num_layers": 2},
+     "model.num_layers: 1 in the workdir, 2 asked; model.d_model: 32 in the workdir, 64 asked"),
+    ({"data.vocab_size": 300}, "data.vocab_size: 200 in the workdir, 300 asked"),
+], ids=["model", "data"])
+def test_training_refuses_a_resume_that_changes_the_model_or_data(tmp_path, changes, message):
+    resume.remember_config(tmp_path, _config_dict(), resuming=False)
+    (tmp_path / "checkpoints" / "10").mkdir(parents=True)
+    config = tiny_config("data")  # refused before its data are read
+    for field, value in changes.items():
+        section, key = field.split(".")
+        config[section][key] = value
+    with pytest.raises(UserError) as refused:
+        train.train_and_evaluate(config, tmp_path)
+    assert str(refused.value) == (f"{tmp_path} was trained with other settings: {message}; "
+                                  "resume with the workdir's values or train in another "
+                                  "--workdir")
+    assert not (tmp_path / "hold.json").exists() and not (tmp_path / "vocab").exists()
+
+
+def test_training_names_a_damaged_config_or_vocabulary(tmp_path, builtin_data_dir):
+    config = tiny_config(builtin_data_dir)
+    (tmp_path / "vocab").mkdir()
+    (tmp_path / "vocab" / "spm.model").write_bytes(b"\x00half a model")
+    path = tmp_path / "config.json"
+    for damaged, why in [('{"model": {"d_model": 3', "Expecting"),  # cut short
+                         ("[1, 2]", "a list, not an object of sections")]:
+        path.write_text(damaged)
+        with pytest.raises(UserError, match=rf"^{path}: not a JSON config \({why}"):
+            train.train_and_evaluate(config, tmp_path)
+    path.write_text(config.to_json_best_effort())
+    with pytest.raises(UserError, match=rf"^{tmp_path / 'vocab' / 'spm.model'}: damaged "
+                                        "vocabulary, not a SentencePiece model$"):
+        train.train_and_evaluate(config, tmp_path)
+    assert not (tmp_path / "hold.json").exists()

@@ -1,0 +1,81 @@
+"""Dropout masks: the rate, the scaling, independence, sharding and the flax reference."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from transformer_jax import config as config_lib
+from transformer_jax.errors import ConfigError
+from transformer_jax.model.dropout import Dropout, dropout, keep_mask
+
+SHAPE = (64, 128, 128)  # 1,048,576 elements
+
+
+def _sigma(p: float, n: int) -> float:
+    return float(np.sqrt(p * (1 - p) / n))
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.3, 0.5])
+def test_hash_mask_drops_the_rate(rate):
+    keep = np.asarray(keep_mask(jax.random.key(0), SHAPE, rate))
+    dropped = 1.0 - keep.mean()
+    assert abs(dropped - rate) < 5 * _sigma(rate, keep.size)
+    # Every row and every column position sees the rate too (no striping by index).
+    per_row = 1.0 - keep.reshape(-1, SHAPE[-1]).mean(axis=1)
+    per_col = 1.0 - keep.reshape(-1, SHAPE[-1]).mean(axis=0)
+    assert abs(per_row.mean() - rate) < 5 * _sigma(rate, keep.size)
+    assert per_col.std() < 2 * _sigma(rate, keep.size // SHAPE[-1])
+
+
+def test_hash_mask_bits_are_uncorrelated():
+    keep = np.asarray(keep_mask(jax.random.key(1), SHAPE, 0.5)).astype(np.float64)
+    flat = keep.ravel() - keep.mean()
+    tolerance = 5 / np.sqrt(flat.size)
+    for shift in (1, 2, SHAPE[-1], SHAPE[-1] * SHAPE[-2]):  # neighbours, rows, matrices
+        corr = np.mean(flat[:-shift] * flat[shift:]) / np.var(flat)
+        assert abs(corr) < tolerance, shift
+    # Masks from different keys (other layers, other steps) agree no more than chance.
+    other = np.asarray(keep_mask(jax.random.key(2), SHAPE, 0.5)).astype(np.float64)
+    assert abs(np.mean(keep == other) - 0.5) < 5 * _sigma(0.5, keep.size)
+
+
+def test_dropout_keeps_the_expectation():
+    x = jnp.full(SHAPE, 3.0)
+    y = np.asarray(dropout(x, 0.1, jax.random.key(3)))
+    np.testing.assert_allclose(np.unique(y), [0.0, 3.0 / 0.9], rtol=1e-6)
+    assert abs(y.mean() - 3.0) < 5 * 3.0 / 0.9 * _sigma(0.1, y.size)
+    np.testing.assert_array_equal(dropout(x, 0.0, jax.random.key(3)), x)
+    np.testing.assert_array_equal(dropout(x, 1.0, jax.random.key(3)), jnp.zeros(SHAPE))
+
+
+def test_sharded_mask_equals_the_single_device_mask():
+    mesh = Mesh(np.array(jax.devices()[:8]).reshape(4, 2), ("data", "model"))
+    sharding = NamedSharding(mesh, P("data", None, "model"))
+    make = jax.jit(lambda key: keep_mask(key, SHAPE, 0.1), out_shardings=sharding)
+    sharded = make(jax.random.key(4))
+    assert len(sharded.sharding.device_set) == 8
+    np.testing.assert_array_equal(np.asarray(sharded),
+                                  np.asarray(keep_mask(jax.random.key(4), SHAPE, 0.1)))
+
+
+def test_jax_impl_is_flax_dropout():
+    x = jnp.arange(4096, dtype=jnp.float32).reshape(64, 64)
+    rngs = {"dropout": jax.random.key(5)}
+    ours = Dropout(0.2, impl="jax").apply({}, x, deterministic=False, rngs=rngs)
+    flax = nn.Dropout(0.2).apply({}, x, deterministic=False, rngs=rngs)
+    np.testing.assert_array_equal(ours, flax)
+    hashed = Dropout(0.2).apply({}, x, deterministic=False, rngs=rngs)
+    assert not np.array_equal(hashed, flax)
+    np.testing.assert_array_equal(Dropout(0.2).apply({}, x, deterministic=True), x)
+
+
+def test_unknown_impl_is_refused():
+    with pytest.raises(ValueError, match="'philox'"):
+        keep_mask(jax.random.key(0), (4,), 0.1, impl="philox")
+    config = config_lib.base_config()
+    config.model.dropout_impl = "philox"
+    with pytest.raises(ConfigError, match="model.dropout_impl"):
+        config_lib.validate(config)

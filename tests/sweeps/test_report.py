@@ -1,0 +1,238 @@
+"""The comparison report: our figures beside the paper's Table 3, plots, and missing, failed
+and unfinished points marked rather than fatal."""
+
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from transformer_jax.sweeps import hyper, report as compare, sweep as sweep_lib
+
+from ..config.test_paper import TABLE3
+from ..helpers import BROKEN_POINT, tiny_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def _repo_cwd(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+def _rows(path, section="Runs"):
+    """{first cell: {column: cell}} of the Markdown table under ``## section``."""
+    text = Path(path).read_text().split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    return {cells[0]: dict(zip(header, cells, strict=True))
+            for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines[1:])}
+
+
+def test_paper_columns_are_table_3_for_every_variant(tmp_path):
+    # The print launcher records every variant's point without training any.
+    root = tmp_path / "all"
+    sweep = sweep_lib.Sweep("all", "configs/table3.py", hyper.sweep("variant", TABLE3),
+                            parameter="variant")
+    sweep_lib.run_sweep(sweep, str(root), "print")
+    paths = compare.report(root)
+    rows, sets = _rows(paths["markdown"]), _rows(paths["markdown"], "Settings")
+    assert list(rows) == list(sets) == list(TABLE3)
+    for variant, (ppl, bleu, params) in TABLE3.items():
+        row = rows[variant]
+        assert row["status"] == "missing"
+        assert sets[variant]["paper PPL"] == f"{ppl:.2f}"
+        assert sets[variant]["paper BLEU"] == f"{bleu:.1f}"
+        assert row["paper params"] == (f"{params}M" if params else "-")
+        assert row["dev PPL"] == row["dev BLEU"] == row["steps"] == "-"
+        assert sets[variant]["n"] == "0 of 1" and sets[variant]["dev PPL"] == "-"
+    # The model column from each point's config: N x d_model/d_ff, h x d_k.
+    rows = sets
+    assert rows["A_h1"]["model"] == "6 x 512/2048, 1 x 512"
+    assert rows["base"]["model"] == "6 x 512/2048, 8 x 64"
+    assert rows["C_d1024"]["model"] == "6 x 1024/2048, 8 x 128"
+    assert rows["big"]["model"] == "6 x 1024/4096, 16 x 64"
+    with open(paths["csv"]) as f:
+        table = {r["point"]: r for r in csv.DictReader(f)}
+    assert float(table["A_h1"]["paper_ppl"]) == 5.29 and float(table["A_h1"]["paper_bleu"]) == 24.9
+    assert table["A_h1"]["paper_params_m"] == "" and table["C_d1024"]["paper_params_m"] == "168"
+    assert table["A_h1"]["dev_ppl"] == "" and table["A_h1"]["status"] == "missing"
+    assert (table["B_dk16"]["d_k"], table["B_dk16"]["d_v"]) == ("16", "64")
+    assert (table["D_ls02"]["eps_ls"], table["E_learned"]["positions"]) == ("0.2", "learned")
+
+
+@pytest.fixture(scope="module")
+def mixed_root(tiny_sweep, tmp_path_factory, builtin_data_dir):
+    """A sweep root with a finished, an unfinished, a failed and a missing point."""
+    _, first_root, _ = tiny_sweep
+    tmp_path = tmp_path_factory.mktemp("compare")
+    root = tmp_path / "root"
+    shutil.copytree(first_root, root)
+    # The same sweep, grown: D_ls0 asked for 20 steps, and a point never run.
+    grown = tiny_experiment(tmp_path / "grown.py", builtin_data_dir, points=(
+        "{'variant': 'base'}, {'name': 'D_ls0', 'variant': 'D_ls0', 'train.num_steps': 20}, "
+        f"{BROKEN_POINT}, {{'variant': 'D_ls02'}}"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(ROOT)
+        sweep_lib.run_sweep(sweep_lib.load_experiment(grown), str(root), "print")
+    return root
+
+
+@pytest.mark.slow  # 6 s, after the shared tiny sweep's 3.5 min (on a busy 2-core machine)
+def test_report_marks_missing_failed_and_unfinished_points(mixed_root, tmp_path):
+    out = tmp_path / "report"
+    paths = compare.report(mixed_root, out)
+    rows = _rows(paths["markdown"])
+    assert list(rows) == ["base", "D_ls0", "broken", "D_ls02"]
+    assert rows["base"]["status"] == "finished" and rows["base"]["steps"] == "10"
+    assert rows["D_ls0"]["status"] == "unfinished (step 10 of 20)"
+    assert rows["broken"]["status"].startswith("failed (exit ")
+    assert rows["D_ls02"]["status"] == "missing"
+    final = json.loads((mixed_root / "base" / "final_metrics.json").read_text())
+    assert rows["base"]["dev PPL"] == f"{final['perplexity']:.2f}"
+    assert rows["base"]["test BLEU"] == f"{final['test_bleu']:.1f}"
+    sets = _rows(paths["markdown"], "Settings")
+    assert sets["base"]["paper PPL"] == "4.92" and sets["D_ls02"]["paper BLEU"] == "25.7"
+    for point in ("broken", "D_ls02"):
+        assert rows[point]["dev PPL"] == rows[point]["tokens/s"] == "-"
+    assert rows["base"]["wall time"] != "-" and rows["D_ls02"]["wall time"] == "-"
+    text = paths["markdown"].read_text()
+    assert "machine: " in text
+    # Validation BLEU, logged at the tiny sweep's last step (10).
+    bleu = [json.loads(line)["bleu"] for line in
+            (mixed_root / "base" / "metrics.jsonl").read_text().splitlines() if '"bleu"' in line]
+    assert rows["base"]["dev BLEU"] == f"{bleu[-1]:.1f}" and rows["broken"]["dev BLEU"] == "-"
+    for name in ("loss_curves", "against_value"):
+        data = paths[name].read_bytes()
+        assert data.startswith(PNG) and len(data) > 10_000
+    assert paths["against_value"].name == "dev_vs_eps_ls.png"
+    with open(paths["csv"]) as f:
+        table = {r["point"]: r for r in csv.DictReader(f)}
+    assert int(table["base"]["params"]) > 0 and table["D_ls02"]["steps"] == ""
+    assert float(table["base"]["wall_s"]) > 0 and float(table["base"]["cpu_s"]) > 0
+
+
+def test_compare_command_refuses_a_missing_directory_in_one_line(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "transformer_jax.compare",
+                          str(tmp_path / "nothing")], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 2
+    missing = tmp_path / 'nothing'
+    assert run.stderr.strip().splitlines()[-1] == f"error: {missing}: no such directory"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(Exception, match="holds no sweep.json and no training run"):
+        compare.collect(empty)
+
+
+# ----------------------------------------------------------------------------------------
+# Seeds, spread and significance, on runs written by hand (no training)
+
+REFS = [f"der {a} {b} hat den {c} gesehen ." for a in ("Lehrer", "Vogel", "Hund", "Arzt")
+        for b in ("heute", "gestern", "oft") for c in ("Brief", "Garten", "Zug", "Ball", "Mann")]
+
+
+def _worse(sentence, i):
+    words = sentence.split()
+    return " ".join(words[:2] + words[3:]) if i % 2 else " ".join(words[:-2] + ["."])
+
+
+def _fake_run(workdir, step, ppl, bleu, hyps, commit="a" * 40):
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "eval").mkdir(exist_ok=True)
+    (workdir / "eval" / "test-final.hyp.txt").write_text("\n".join(hyps) + "\n")
+    (workdir / "eval" / "test-final.ref.txt").write_text("\n".join(REFS) + "\n")
+    (workdir / "final_metrics.json").write_text(json.dumps({
+        "step": step, "perplexity": ppl, "loss": 1.0, "test_bleu": bleu,
+        "bleu_sentences": len(REFS), "test_hypotheses": "eval/test-final.hyp.txt",
+        "test_references": "eval/test-final.ref.txt"}))
+    lines = [{"split": "train", "step": s, "loss": 5.0 - s / step, "tokens_per_s": 1000.0}
+             for s in (step // 3, 2 * step // 3, step)]
+    lines.append({"split": "eval", "step": step, "perplexity": ppl, "bleu": bleu + 1})
+    (workdir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (workdir / "provenance.json").write_text(json.dumps({"runs": [{
+        "commit": commit, "dirty": False,
+        "versions": {"python": "3.12", "jax": "0.12.0", "flax": "0.12.12"}}]}))
+
+
+@pytest.fixture(scope="module")
+def replicated_root(tmp_path_factory):
+    """A sweep of base, A_h4 and A_h16 over 3 seeds at the demo scale (450 steps), written by
+    hand: A_h4 translates every test sentence right, A_h16 exactly as the base model, and
+    A_h16's seed 2 ran with other code."""
+    root = tmp_path_factory.mktemp("replicated") / "root"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(ROOT)
+        sweep = sweep_lib.load_experiment("configs/table3.py:base",
+                                          ["variant=base,A_h4,A_h16"], 3)
+        sweep_lib.run_sweep(sweep, str(root), "print", "demo")
+    worse = [_worse(r, i) for i, r in enumerate(REFS)]
+    figures = {"base": ([4.0, 5.0, 6.0], [20.0, 22.0, 27.0], worse),
+               "A_h4": ([3.0, 3.5, 4.0], [90.0, 95.0, 100.0], REFS),
+               "A_h16": ([4.5, 5.0, 5.5], [21.0, 22.0, 23.0], worse)}
+    for setting, (ppls, bleus, hyps) in figures.items():
+        for seed in range(3):
+            commit = "b" * 40 if (setting, seed) == ("A_h16", 2) else "a" * 40
+            _fake_run(root / f"{setting},seed={seed}", 450, ppls[seed], bleus[seed], hyps,
+                      commit)
+    return root
+
+
+def test_settings_show_mean_std_and_n_worked_by_hand(replicated_root, tmp_path):
+    paths = compare.report(replicated_root, tmp_path)
+    sets = _rows(paths["markdown"], "Settings")
+    assert list(sets) == ["base", "A_h4", "A_h16"]
+    # base: PPL 4, 5, 6 -> 5.00 ± 1.00; test BLEU 20, 22, 27 -> 23.0 ± sqrt(13) = 3.6.
+    assert sets["base"]["dev PPL"] == "5.00 ± 1.00" and sets["base"]["n"] == "3"
+    assert sets["base"]["test BLEU"] == "23.0 ± 3.6"
+    # A_h4: 3.0, 3.5, 4.0 -> 3.50 ± 0.50; dev BLEU is the logged one (test + 1): 96.0 ± 5.0.
+    assert sets["A_h4"]["dev PPL"] == "3.50 ± 0.50" and sets["A_h4"]["dev BLEU"] == "96.0 ± 5.0"
+    assert sets["base"]["Δ test BLEU"] == "baseline"
+    with open(paths["csv"]) as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == 9 and {r["seed"] for r in table} == {"0", "1", "2"}
+    assert {r["setting"] for r in table} == {"base", "A_h4", "A_h16"}
+
+
+def test_significance_marks_the_clearly_better_and_not_the_identical(replicated_root, tmp_path):
+    paths = compare.report(replicated_root, tmp_path)
+    sets = _rows(paths["markdown"], "Settings")
+    better, same = sets["A_h4"], sets["A_h16"]
+    assert float(better["p"]) < 0.05 and better["significant"] == "**yes** (3/3 seeds higher)"
+    assert float(better["Δ test BLEU"]) > 10
+    assert float(same["p"]) == 1.0 and same["significant"].startswith("no (0/3")
+    assert same["Δ test BLEU"] == "+0.00"
+    text = paths["markdown"].read_text()
+    assert "pooled into one test set" in text  # how seeds and resampling are combined
+    # Against another baseline, A_h4 is the reference and base is significantly worse.
+    other = _rows(compare.report(replicated_root, tmp_path / "b", baseline="A_h4")["markdown"],
+                  "Settings")
+    assert other["A_h4"]["Δ test BLEU"] == "baseline"
+    assert float(other["base"]["Δ test BLEU"]) < -10 and other["base"]["significant"].startswith(
+        "**yes**")
+    with pytest.raises(Exception, match="--baseline=h8 is not a setting of this sweep"):
+        compare.report(replicated_root, tmp_path / "c", baseline="h8")
+
+
+def test_runs_trained_with_other_code_are_named(replicated_root, tmp_path):
+    paths = compare.report(replicated_root, tmp_path)
+    text = paths["markdown"].read_text()
+    assert "did not all train with the same code and versions" in text
+    assert "code bbbbbbbbbbbb, jax 0.12.0, flax 0.12.12: A_h16,seed=2" in text
+    assert _rows(paths["markdown"])["A_h16,seed=2"]["code"] == "bbbbbbbbbbbb"
+
+
+def test_plots_draw_error_bars_and_every_seed(replicated_root, tmp_path):
+    definition, rows = compare.collect(replicated_root)
+    sets = compare.settings(rows)
+    assert [len(e["runs"]) for e in sets] == [3, 3, 3]
+    mean, std, n = sets[0]["test_bleu"]
+    assert (round(mean, 6), round(std, 6), n) == (23.0, round(13 ** 0.5, 6), 3)
+    path = tmp_path / "against.png"
+    compare.plot_against_value(definition, sets, path)
+    data = path.read_bytes()
+    assert data.startswith(PNG) and len(data) > 10_000

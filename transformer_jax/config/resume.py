@@ -1,0 +1,142 @@
+"""The settings a workdir was trained with: read back for the commands that use a trained
+model, checked when a run resumes (what may change and what may not), and recorded."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ml_collections import ConfigDict
+
+from transformer_jax import config as config_lib
+from transformer_jax.errors import UserError
+from transformer_jax.io import layout, storage, workdirs
+from transformer_jax.io.workdirs import now, read_config
+
+# Settings that cannot change when a run resumes: every model and data field (the
+# parameters' shapes, the vocabulary, the batches and the data position saved with each
+# checkpoint), and the accumulation steps (the optimizer state's structure and the step
+# count). Everything else (train.num_steps, the intervals, decode.*, optim.warmup_steps...)
+# may change; the changes are recorded in config_changes.jsonl.
+FIXED_SECTIONS = ("model", "data")
+FIXED_FIELDS = ("optim.grad_accum_steps",)
+# Model fields that compute the same numbers another way: they may change.
+FREE_MODEL_FIELDS = ("model.block_size", "model.remat")
+# Attention kernels of the same function (the paper's softmax attention over every key):
+# switching among them is allowed; "local" attends to fewer keys and is not.
+SAME_ATTENTION = ("dense", "blockwise", "cudnn")
+
+
+def workdir_config(workdir: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
+                   allowed: Sequence[str] = ()) -> ConfigDict:
+    """The config saved in ``<workdir>/config.json`` (with the changes of later resumes,
+    ``workdirs.read_config``), with ``overrides`` ({"decode.alpha": 1.0}, from
+    :func:`override_values`) applied and validated.
+
+    ``allowed`` lists the fields (or whole sections, e.g. "decode") a command lets the user
+    change; the model and its training come from the workdir. Raises UserError naming the
+    file (missing or damaged) or the field.
+    """
+    path = storage.path(workdir) / layout.CONFIG
+    saved = workdirs.read_config(workdir)
+    if saved is None:
+        raise UserError(f"{path}: no such file; --workdir must be the workdir of a training "
+                        "run")
+    # Fields added since the run was started keep their defaults.
+    config = config_lib.base_config()
+    _merge(config, saved, str(path))
+    for field, value in (overrides or {}).items():
+        if not any(field == a or field.startswith(a + ".") for a in allowed):
+            names = ", ".join(f"--config.{a}" + ("" if "." in a else ".*") for a in allowed)
+            raise UserError(f"--config.{field}: only {names} may be set here; the rest comes "
+                            f"from {path}")
+        config_lib.apply_overrides(config, {field: value})
+    return config_lib.validate(config)
+
+
+def _merge(config: ConfigDict, values: dict[str, Any], origin: str, prefix: str = "") -> None:
+    for key, value in values.items():
+        if isinstance(value, dict):
+            if key not in config:
+                config[key] = ConfigDict()
+            _merge(config[key], value, origin, f"{prefix}{key}.")
+            continue
+        try:
+            config[key] = value
+        except TypeError as e:
+            raise UserError(f"{origin}: {prefix}{key}={value!r}: {e}") from e
+
+
+def config_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """{"section.field": (saved value, new value)} of every field of ``new``'s sections that
+    differs; a field ``saved`` lacks (added since) counts as its default. Values are
+    compared as JSON (tuples as lists)."""
+    defaults = _plain(config_lib.base_config().to_dict())
+    saved, new = _plain(saved), _plain(new)
+    out = {}
+    for section, fields in new.items():
+        if not isinstance(fields, dict):
+            continue
+        had = saved.get(section) if isinstance(saved.get(section), dict) else {}
+        for key, value in fields.items():
+            old = had.get(key, defaults.get(section, {}).get(key, value))
+            if old != value:
+                out[f"{section}.{key}"] = (old, value)
+    return out
+
+
+def resume_conflicts(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The changes from the ``saved`` config to the ``new`` one (dicts of sections, as in
+    config.json) that a resumed run cannot take, one string each naming the field and both
+    values: "model.d_model: 512 in the workdir, 256 asked". Empty when ``new`` may resume
+    ``saved``; the fields it checks are ``FIXED_SECTIONS`` and ``FIXED_FIELDS``."""
+    out = []
+    for field, (old, value) in config_changes(saved, new).items():
+        if field.split(".")[0] not in FIXED_SECTIONS and field not in FIXED_FIELDS:
+            continue
+        if field in FREE_MODEL_FIELDS or (
+                field == "model.attention" and {old, value} <= set(SAME_ATTENTION)):
+            continue
+        out.append(f"{field}: {old!r} in the workdir, {value!r} asked")
+    return out
+
+
+def remember_config(workdir: str | os.PathLike, new: dict[str, Any], resuming: bool,
+                    write: bool = True) -> dict[str, tuple[Any, Any]]:
+    """Checks the config ``new`` of a training run against the workdir's and records it.
+
+    A new run (``resuming`` False: no checkpoint and no vocabulary in the workdir) writes
+    ``config.json``, as does a run resuming a workdir without one. A resumed run whose
+    config.json is damaged, or with :func:`resume_conflicts` is refused in one
+    UserError; without a checkpoint only the data fields must match (the vocabulary). Its
+    other changes are appended to ``config_changes.jsonl`` (config.json stays the original)
+    and returned. ``write`` False (processes other than 0) checks only.
+    """
+    workdir = storage.path(workdir)
+    saved = read_config(workdir) if resuming else None  # a new run replaces any config.json
+    if saved is None:
+        if write:
+            storage.write_atomically(workdir / layout.CONFIG, json.dumps(new, indent=2))
+            (workdir / layout.CONFIG_CHANGES).unlink(missing_ok=True)
+        return {}
+    conflicts = resume_conflicts(saved, new)
+    if not workdirs.checkpoint_steps_on_disk(workdir):
+        conflicts = [c for c in conflicts if c.startswith("data.")]
+    if conflicts:
+        raise UserError(f"{workdir} was trained with other settings: {'; '.join(conflicts)}; "
+                        "resume with the workdir's values or train in another --workdir")
+    changes = config_changes(saved, new)
+    if changes and write:
+        storage.append_line(workdir / layout.CONFIG_CHANGES, json.dumps(
+            {"time": now(), "changes": {k: list(v) for k, v in changes.items()}}))
+        logging.info("settings changed since the last run of %s: %s", workdir, ", ".join(
+            f"{k} {old!r} -> {value!r}" for k, (old, value) in changes.items()))
+    return changes
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON would give it back (tuples as lists)."""
+    return json.loads(json.dumps(value, default=str))

@@ -1,0 +1,369 @@
+"""Checkpoints in the workdir with orbax: train state, data-loader position and metadata.
+
+Each checkpoint ``<workdir>/checkpoints/<step>/`` holds three items:
+
+* ``state`` -- params, optimizer state and step (a pytree);
+* ``data``  -- the grain iterator's position, one file per process;
+* ``meta``  -- JSON: the vocabulary size, anything the run wants to remember, and a checksum
+  of every array of the state.
+
+What a fault can and cannot do to them:
+
+* orbax writes a checkpoint under ``<step>.orbax-checkpoint-tmp`` and renames it to
+  ``<step>`` once every item is written, so a process killed while saving leaves only the
+  temporary directory, which the manager does not list (and replaces when that step is
+  saved again). Old checkpoints beyond ``keep`` are first renamed into ``deleting/`` and only
+  then removed, so a kill during the removal cannot leave half a ``<step>`` directory either.
+* No checkpoint holds NaN or Inf: :meth:`Checkpoints.save` refuses such a state.
+* A checkpoint damaged on disk (a truncated or overwritten file, a missing item) fails to
+  restore, or restores arrays that do not match their checksums; :meth:`restore_latest`
+  reports it in one line, moves it aside to ``<step>.corrupt-<n>`` (a name orbax ignores;
+  nothing is deleted) and falls back to the previous checkpoint.
+
+:meth:`Checkpoints.average_params` averages the parameters of the last N checkpoints, as the
+paper does before evaluating (the last 5 for the base model, 20 for the big one);
+:meth:`Checkpoints.average_last` averages as many of them as the workdir holds, and
+:func:`early_span` says when the averaged checkpoints reach back into early training.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+
+from transformer_jax.errors import TrainingStopped, UserError
+from transformer_jax.io import layout, storage
+
+# The paper's windows end its runs: base averages steps 94,000-100,000 (5 checkpoints 1,500
+# steps apart), big 288,600-300,000 (20, 600 apart), both after 94% of training, when the
+# parameters barely move between checkpoints. A window reaching back before 90% of its newest
+# step averages a model that was still changing fast (the demo's 150, 300, 450 lost 18 BLEU).
+EARLY_FRACTION = 0.9
+
+TRASH = "deleting"  # old checkpoints are renamed into this subdirectory, then removed
+CHECKSUMS = "checksums"  # the key of the state's checksums in the meta item
+
+
+class CorruptCheckpoint(Exception):
+    """A checkpoint that does not restore whole."""
+
+
+class Checkpoints:
+    """The checkpoints of one workdir."""
+
+    def __init__(self, workdir: storage.PathLike, keep: int):
+        self.directory = storage.path(workdir) / layout.CHECKPOINTS
+        self.manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                                 todelete_subdir=TRASH),
+            item_names=("state", "data", "meta"),
+        )
+        self._writing: int | None = None  # the step of a save that may still be running
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def save(self, step: int, state: Any, data_iterator: Any | None, meta: dict[str, Any],
+             force: bool = False) -> bool:
+        """Saves (asynchronously); returns whether a checkpoint was started.
+
+        Raises TrainingStopped, saving nothing, if the state holds NaN or Inf, and UserError
+        if the previous save did not complete (a full disk, say).
+        """
+        checksums, finite = integrity(state)
+        if not finite:
+            raise TrainingStopped(
+                f"the train state at step {step} holds NaN or Inf and was not saved; the last "
+                f"checkpoint is {self.latest_step()}")
+        self._finish_writing()
+        items = {"state": ocp.args.StandardSave(state),
+                 "meta": ocp.args.JsonSave({**meta, CHECKSUMS: checksums})}
+        if data_iterator is not None:
+            items["data"] = grain.checkpoint.CheckpointSave(data_iterator)
+        started = self.manager.save(step, args=ocp.args.Composite(**items), force=force)
+        if started:
+            self._writing = step
+        return started
+
+    def _finish_writing(self) -> None:
+        """Waits for the save in flight, checks that it became a checkpoint, and removes
+        the checkpoints orbax retired."""
+        self.manager.wait_until_finished()
+        step, self._writing = self._writing, None
+        if step is not None and not (self.directory / str(step)).is_dir():
+            raise UserError(f"checkpoint {step} could not be written to {self.directory} (the "
+                            "log above says why; is the disk full?)")
+        trash = self.directory / TRASH
+        if jax.process_index() == 0 and trash.is_dir():
+            for old in trash.iterdir():
+                storage.rmtree(old)
+
+    def restore(self, step: int, state_template: Any,
+                data_iterator: Any | None = None) -> tuple[Any, dict[str, Any]]:
+        """Restores the state (shaped like ``state_template``) and, if given, moves
+        ``data_iterator`` to the saved position. Returns (state, meta).
+
+        Raises CorruptCheckpoint if the checkpoint does not restore whole (a missing or
+        unreadable item, or arrays that do not match their checksums), and UserError if it
+        was written for a model of another shape.
+        """
+        items = {"state": ocp.args.StandardRestore(_abstract(state_template)),
+                 "meta": ocp.args.JsonRestore()}
+        if data_iterator is not None:
+            items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
+        # orbax warns about each file a damaged checkpoint lacks; the damage is reported
+        # once, in one line, by restore_latest.
+        with _DropMessages():
+            try:
+                restored = self.manager.restore(step, args=ocp.args.Composite(**items))
+                meta = dict(restored["meta"])
+            except Exception as e:  # noqa: BLE001 -- whatever a damaged file makes orbax raise
+                self._check_same_shapes(step, state_template)
+                raise CorruptCheckpoint(_first_line(e)) from e
+        _verify(restored["state"], meta.pop(CHECKSUMS, None), require_finite=True)
+        logging.info("restored checkpoint %s", self.directory / str(step))
+        return restored["state"], meta
+
+    def restore_latest(self, state_template: Any, data_iterator: Any | None = None
+                       ) -> tuple[int, Any, dict[str, Any]] | None:
+        """The newest checkpoint that restores whole: (step, state, meta), or None if none
+        does. Each damaged checkpoint met on the way is reported in one line and moved aside
+        to ``<step>.corrupt-<n>``."""
+        for step in reversed(self.all_steps()):
+            try:
+                state, meta = self.restore(step, state_template, data_iterator)
+            except CorruptCheckpoint as e:
+                moved = self.set_aside(step)
+                earlier = [s for s in self.all_steps() if s < step]
+                logging.warning("checkpoint %d is damaged (%s): moved to %s, nothing deleted; %s",
+                                step, e, moved, f"falling back to checkpoint {earlier[-1]}"
+                                if earlier else "no earlier checkpoint, starting afresh")
+                continue
+            return step, state, meta
+        return None
+
+    def set_aside(self, step: int) -> storage.Path:
+        """Renames checkpoint ``step`` to ``<step>.corrupt-<n>``, which orbax does not list,
+        so the step can be written again. Returns the new path."""
+        source = self.directory / str(step)
+        n = 1
+        while (self.directory / f"{step}.corrupt-{n}").exists():
+            n += 1
+        target = self.directory / f"{step}.corrupt-{n}"
+        if jax.process_index() == 0:
+            source.rename(target)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices(f"set aside checkpoint {step}")
+        self.manager.reload()
+        return target
+
+    def _check_same_shapes(self, step: int, state_template: Any) -> None:
+        """Raises UserError if checkpoint ``step`` holds arrays of other shapes than the
+        template (a workdir trained with another model); returns if it matches or its
+        metadata is unreadable (then the checkpoint is damaged)."""
+        try:
+            with ocp.StandardCheckpointer() as reader:
+                saved = _shapes(reader.metadata(self.directory / str(step) / "state")
+                                .item_metadata)
+        except Exception:  # noqa: BLE001 -- unreadable metadata: a damaged checkpoint
+            return
+        wanted = _shapes(state_template)
+        for path in sorted(wanted.keys() & saved.keys()):
+            if wanted[path] != saved[path]:
+                raise UserError(
+                    f"checkpoint {self.directory / str(step)} was written by another model: "
+                    f"{path} has shape {saved[path]} there but {wanted[path]} in this config; "
+                    "train it in a new --workdir")
+
+    def restore_params(self, step: int, params_template: Any) -> Any:
+        """Only the parameters of checkpoint ``step`` (for evaluation and decoding), shaped
+        like ``params_template`` (arrays or ``jax.ShapeDtypeStruct``); host numpy arrays.
+        Raises UserError if they do not match the checksums saved with them."""
+        template = {"params": params_template}
+        # Reading part of the state makes orbax warn about every item left unread.
+        with (_DropMessages("was found in the checkpoint, but could not be restored"),
+              ocp.PyTreeCheckpointer() as reader):
+            restored = reader.restore(
+                self.directory / str(step) / "state",
+                args=ocp.args.PyTreeRestore(
+                    item=template, partial_restore=True,
+                    restore_args=jax.tree.map(
+                        lambda _: ocp.RestoreArgs(restore_type=np.ndarray), template)))
+        try:
+            _verify(restored, self._read_meta(step).get(CHECKSUMS))
+        except CorruptCheckpoint as e:
+            raise UserError(f"checkpoint {self.directory / str(step)} is damaged: {e}") from e
+        return restored["params"]
+
+    def average_params(self, params_template: Any, last: int) -> tuple[Any, list[int]]:
+        """The mean of the parameters of the last ``last`` checkpoints, and their steps.
+
+        Checkpoints are restored one at a time into a running mean kept in float32
+        (mean += (x - mean) / n), so memory holds two copies of the parameters whatever
+        ``last`` is; the result has the dtypes of ``params_template``.
+        """
+        steps = self.all_steps()
+        if last < 1:
+            raise UserError(f"--average={last}: the number of checkpoints to average must be "
+                            ">= 1")
+        if len(steps) < last:
+            found = ", ".join(map(str, steps)) or "none"
+            raise UserError(
+                f"cannot average the last {last} checkpoints: {self.directory} holds "
+                f"{len(steps)} (steps {found}); train.keep_checkpoints sets how many a run keeps")
+        chosen = steps[-last:]
+        mean = None
+        for n, step in enumerate(chosen, start=1):
+            params = jax.tree.map(lambda x: np.asarray(x, np.float32),
+                                  self.restore_params(step, params_template))
+            if mean is None:
+                mean = params
+            else:
+                mean = jax.tree.map(lambda m, x, n=n: m + (x - m) / n, mean, params)
+        dtypes = jax.tree.map(lambda t: np.dtype(t.dtype), params_template)
+        return jax.tree.map(lambda m, d: m.astype(d), mean, dtypes), chosen
+
+    def average_last(self, params_template: Any, wanted: int) -> tuple[Any, list[int], list[str]]:
+        """The mean of the last ``wanted`` checkpoints' parameters, or of every one the
+        workdir holds if fewer: (params, their steps, notes). The notes are one line each,
+        for the user: that fewer were averaged than wanted, and :func:`early_span`'s."""
+        steps = self.all_steps()
+        if not steps:
+            raise UserError(f"{self.directory}: no checkpoints; train first")
+        notes = []
+        if len(steps) < wanted:
+            notes.append(f"the config averages the last {wanted} checkpoints but "
+                         f"{self.directory} holds {len(steps)}: averaging those")
+        params, used = self.average_params(params_template, min(wanted, len(steps)))
+        early = early_span(used)
+        return params, used, [*notes, early] if early else notes
+
+    def read_meta(self, step: int) -> dict[str, Any]:
+        meta = self._read_meta(step)
+        meta.pop(CHECKSUMS, None)
+        return meta
+
+    def _read_meta(self, step: int) -> dict[str, Any]:
+        return dict(self.manager.restore(step, args=ocp.args.Composite(
+            meta=ocp.args.JsonRestore()))["meta"])
+
+    def wait(self) -> None:
+        """Waits for the save in flight; raises UserError if it did not complete."""
+        self._finish_writing()
+
+    def close(self) -> None:
+        self._finish_writing()
+        self.manager.close()
+
+
+def early_span(steps: list[int]) -> str | None:
+    """A one-line warning when averaged checkpoints ``steps`` (ascending) reach back before
+    EARLY_FRACTION of the newest, else None."""
+    if len(steps) < 2 or steps[0] >= EARLY_FRACTION * steps[-1]:
+        return None
+    return (f"the averaged checkpoints (steps {', '.join(map(str, steps))}) reach back to "
+            f"{steps[0] / steps[-1]:.0%} of step {steps[-1]}, an early part of training; the "
+            f"paper's span its last 4-6% of steps (--average=1 takes the latest alone)")
+
+
+# ----------------------------------------------------------------------------------------
+# Integrity: checksums and finiteness of a state
+
+
+def _leaf_checksum(x: jax.Array) -> jax.Array:
+    """sum_i bits(x_i) * (2i + 1) mod 2^32 over the flattened array.
+
+    Integer sums do not depend on the order of summation, so the checksum is the same
+    however the array is sharded; a changed element changes it (odd factors are invertible
+    mod 2^32), and moved elements almost surely do.
+    """
+    if x.dtype == jnp.bool_:
+        bits = x.astype(jnp.uint32)
+    else:
+        width = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[x.dtype.itemsize]
+        bits = jax.lax.bitcast_convert_type(x, width).astype(jnp.uint32)
+    index = jnp.arange(x.size, dtype=jnp.uint32).reshape(x.shape)
+    return jnp.sum(bits * (2 * index + 1), dtype=jnp.uint32)
+
+
+@jax.jit
+def _integrity(leaves: list[jax.Array]) -> tuple[list[jax.Array], jax.Array]:
+    finite = [jnp.all(jnp.isfinite(x)) for x in leaves
+              if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return [_leaf_checksum(x) for x in leaves], jnp.all(jnp.stack(finite or [jnp.True_]))
+
+
+def _path(path: tuple) -> str:
+    return jax.tree_util.keystr(path, simple=True, separator="/")
+
+
+def integrity(tree: Any) -> tuple[dict[str, int], bool]:
+    """({leaf path: checksum}, whether every float is finite) of a pytree of arrays (host,
+    device or sharded over several processes)."""
+    paths, leaves = zip(*jax.tree_util.tree_leaves_with_path(tree), strict=True)
+    sums, finite = _integrity([jnp.asarray(x) if isinstance(x, np.ndarray | np.generic)
+                               else x for x in leaves])
+    return {_path(p): int(np.asarray(s)) for p, s in zip(paths, sums, strict=True)}, bool(
+        np.asarray(finite))
+
+
+def _verify(tree: Any, expected: dict[str, int] | None, require_finite: bool = False) -> None:
+    """Raises CorruptCheckpoint if a leaf of ``tree`` does not match its checksum in
+    ``expected`` (checkpoints written before checksums were kept have none) or, with
+    ``require_finite``, if it holds NaN or Inf."""
+    checksums, finite = integrity(tree)
+    for path, value in checksums.items():
+        if expected is not None and path in expected and expected[path] != value:
+            raise CorruptCheckpoint(f"{path} does not match the checksum saved with it")
+    if require_finite and not finite:
+        raise CorruptCheckpoint("the state holds NaN or Inf")
+
+
+def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+    return {_path(p): tuple(x.shape) for p, x in jax.tree_util.tree_leaves_with_path(tree)
+            if hasattr(x, "shape")}
+
+
+def _first_line(e: BaseException, limit: int = 200) -> str:
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    text = f"{type(e).__name__}: {text}" if not isinstance(e, KeyError) else text.strip("'\"")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _abstract(tree: Any) -> Any:
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype)
+        if not isinstance(x, jax.ShapeDtypeStruct) else x, tree)
+
+
+class _DropMessages(logging.Filter):
+    """While entered, drops the absl log records (orbax logs through absl) that contain
+    ``text``, or, when ``text`` is None, every warning."""
+
+    def __init__(self, text: str | None = None):
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.text is None:
+            return record.levelno != logging.WARNING
+        return self.text not in record.getMessage()
+
+    def __enter__(self) -> _DropMessages:
+        logging.getLogger("absl").addFilter(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger("absl").removeFilter(self)

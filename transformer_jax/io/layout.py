@@ -1,0 +1,36 @@
+"""Where everything lives: every file and folder name of a workdir and of a sweep root,
+defined once. The modules that write or read them import the names from here.
+
+A workdir (one training run)::
+
+    WORKDIR/
+      config.json            the run's config (CONFIG); config_changes.jsonl (CONFIG_CHANGES)
+      checkpoints/           orbax checkpoints, one folder a step (CHECKPOINTS)
+      vocab/spm.model        the shared SentencePiece vocabulary (VOCAB / VOCAB_MODEL);
+      vocab/row_len.json     the row length chosen from the data (ROW_LEN)
+      metrics.jsonl          every logged metric, one JSON record a line (METRICS)
+      final_metrics.json     written once, when the run has finished (FINAL_METRICS)
+      provenance.json        code, command, versions, machine of each start (PROVENANCE)
+      hold.json              the live run's claim on the workdir (HOLD)
+      tb/                    TensorBoard event files (TENSORBOARD)
+      sweep_point.json       a sweep's record of the point and its attempts (SWEEP_POINT)
+      pictures/, profile/    attention pictures (PICTURES), profiler traces (PROFILE)
+
+A sweep root holds ``sweep.json`` (SWEEP) and one workdir a point.
+"""
+
+CONFIG = "config.json"
+CONFIG_CHANGES = "config_changes.jsonl"
+CHECKPOINTS = "checkpoints"
+VOCAB = "vocab"
+VOCAB_MODEL = "spm.model"
+ROW_LEN = "row_len.json"
+METRICS = "metrics.jsonl"
+FINAL_METRICS = "final_metrics.json"
+PROVENANCE = "provenance.json"
+HOLD = "hold.json"
+TENSORBOARD = "tb"
+SWEEP_POINT = "sweep_point.json"
+PICTURES = "pictures"
+PROFILE = "profile"
+SWEEP = "sweep.json"
