@@ -274,9 +274,6 @@ def test_row_sweeps_are_derived_from_the_table():
 
 
 def test_the_variant_lists_of_the_docs_are_the_tables():
-    listed = ", ".join(config_lib.VARIANTS)
-    readme = (ROOT / "README.md").read_text()
-    assert f"`{listed}`" in readme
     doc = re.sub(r"\s+", " ", (ROOT / "configs" / "table3.py").read_text())
     named = re.findall(r"\b(base|big|[A-E]_\w+)\b", doc.split("Variants:", 1)[1].split(".")[0])
     assert list(dict.fromkeys(named)) == list(config_lib.VARIANTS)
