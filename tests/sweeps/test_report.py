@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from transformer_jax.sweeps import hyper, report as compare, sweep as sweep_lib
+from transformer_jax.sweeps import hyper, report as compare
+from transformer_jax.sweeps.experiment import Sweep, load_experiment
+from transformer_jax.sweeps.run import run_sweep
 
 from ..config.test_paper import TABLE3
 from ..helpers import BROKEN_POINT, tiny_experiment
@@ -36,9 +38,9 @@ def _rows(path, section="Runs"):
 def test_paper_columns_are_table_3_for_every_variant(tmp_path):
     # The print launcher records every variant's point without training any.
     root = tmp_path / "all"
-    sweep = sweep_lib.Sweep("all", "configs/table3.py", hyper.sweep("variant", TABLE3),
+    sweep = Sweep("all", "configs/table3.py", hyper.sweep("variant", TABLE3),
                             parameter="variant")
-    sweep_lib.run_sweep(sweep, str(root), "print")
+    run_sweep(sweep, str(root), "print")
     paths = compare.report(root)
     rows, sets = _rows(paths["markdown"]), _rows(paths["markdown"], "Settings")
     assert list(rows) == list(sets) == list(TABLE3)
@@ -78,7 +80,7 @@ def mixed_root(tiny_sweep, tmp_path_factory, builtin_data_dir):
         f"{BROKEN_POINT}, {{'variant': 'D_ls02'}}"))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(ROOT)
-        sweep_lib.run_sweep(sweep_lib.load_experiment(grown), str(root), "print")
+        run_sweep(load_experiment(grown), str(root), "print")
     return root
 
 
@@ -167,9 +169,9 @@ def replicated_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("replicated") / "root"
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(ROOT)
-        sweep = sweep_lib.load_experiment("configs/table3.py:base",
+        sweep = load_experiment("configs/table3.py:base",
                                           ["variant=base,A_h4,A_h16"], 3)
-        sweep_lib.run_sweep(sweep, str(root), "print", "demo")
+        run_sweep(sweep, str(root), "print", "demo")
     worse = [_worse(r, i) for i, r in enumerate(REFS)]
     figures = {"base": ([4.0, 5.0, 6.0], [20.0, 22.0, 27.0], worse),
                "A_h4": ([3.0, 3.5, 4.0], [90.0, 95.0, 100.0], REFS),

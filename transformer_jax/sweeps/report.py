@@ -35,8 +35,9 @@ import ml_collections
 from transformer_jax import paper
 from transformer_jax.errors import UserError
 from transformer_jax.io import layout, provenance, storage
-from transformer_jax.io.workdirs import point_status, read_json, read_metrics
+from transformer_jax.io.workdirs import read_json, read_metrics
 from transformer_jax.sweeps.plots import plot_against_value, plot_losses
+from transformer_jax.sweeps.status import point_status
 
 # The config fields of the paper's Table 3, as (column, section, field).
 CONFIG_COLUMNS = (("N", "model", "num_layers"), ("d_model", "model", "d_model"),
