@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from transformer_jax.errors import UserError
-from transformer_jax.io import layout, storage
+from transformer_jax.io import layout, metric_keys, storage
 
 
 def read_json(path: storage.PathLike) -> Any:
@@ -47,7 +47,7 @@ def last_logged_step(workdir: storage.PathLike) -> int | None:
     if path.exists():
         for line in path.read_text().splitlines():
             try:
-                steps.append(int(json.loads(line)["step"]))
+                steps.append(int(json.loads(line)[metric_keys.STEP]))
             except (ValueError, KeyError, TypeError):
                 continue
     return max(steps, default=None)
@@ -72,7 +72,7 @@ def machine() -> str:
 
 def last_train_record(workdir: storage.PathLike) -> dict[str, Any] | None:
     """The last training log line of ``metrics.jsonl`` (step, loss, tokens/s, steps/s...)."""
-    train = read_metrics(workdir).get("train", {})
+    train = read_metrics(workdir).get(metric_keys.TRAIN, {})
     return train[max(train)] if train else None
 
 
@@ -113,7 +113,8 @@ def read_metric_records(workdir: str | os.PathLike) -> list[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut short by a killed run
-        if isinstance(record, dict) and "split" in record and isinstance(record.get("step"), int):
+        if isinstance(record, dict) and metric_keys.SPLIT in record and isinstance(
+                record.get(metric_keys.STEP), int):
             records.append(record)
     return records
 
@@ -123,7 +124,8 @@ def read_metrics(workdir: str | os.PathLike) -> dict[str, dict[int, dict[str, An
     run) the last line wins, and a later line adds its keys to the earlier ones."""
     out: dict[str, dict[int, dict[str, Any]]] = {}
     for record in read_metric_records(workdir):
-        out.setdefault(record["split"], {}).setdefault(int(record["step"]), {}).update(record)
+        out.setdefault(record[metric_keys.SPLIT], {}).setdefault(
+            int(record[metric_keys.STEP]), {}).update(record)
     return out
 
 

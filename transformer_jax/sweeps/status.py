@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from transformer_jax.errors import ConfigError
-from transformer_jax.io import layout, storage, workdirs
+from transformer_jax.io import layout, metric_keys, storage, workdirs
 from transformer_jax.sweeps import launchers, records
 from transformer_jax.sweeps.experiment import Sweep
 from transformer_jax.sweeps.points import point_config
@@ -46,7 +46,7 @@ def point_status(workdir: storage.PathLike, num_steps: int, ask_queue: bool = Fa
     job of its last attempt."""
     workdir = storage.path(workdir)
     final = workdirs.read_json(workdir / layout.FINAL_METRICS)
-    if isinstance(final, dict) and final.get("step") == num_steps:
+    if isinstance(final, dict) and final.get(metric_keys.STEP) == num_steps:
         return Status("finished", num_steps)
     record = records.read_point(workdir)
     last = (record.get("attempts") or [{}])[-1]
@@ -77,7 +77,7 @@ def point_progress(workdir: storage.Path, num_steps: int, ask_queue: bool = True
     record = records.read_point(workdir)
     status = point_status(workdir, num_steps)
     log = workdirs.last_train_record(workdir) or {}
-    step = log.get("step")
+    step = log.get(metric_keys.STEP)
     state = status.kind
     if state != "finished":
         queue = queued(record) if ask_queue else None
@@ -90,11 +90,12 @@ def point_progress(workdir: storage.Path, num_steps: int, ask_queue: bool = True
             state = "not started"
         elif state == "unfinished":
             state = "stopped"
-    speed = log.get("steps_per_s")
+    speed = log.get(metric_keys.STEPS_PER_S)
     left = (num_steps - step) / speed if speed and step is not None and \
         state == "running" else None
-    return {"state": state, "step": step, "num_steps": num_steps, "loss": log.get("loss"),
-            "tokens_per_s": log.get("tokens_per_s"), "seconds_left": left,
+    return {"state": state, "step": step, "num_steps": num_steps,
+            "loss": log.get(metric_keys.LOSS), "tokens_per_s": log.get(metric_keys.TOKENS_PER_S),
+            "seconds_left": left,
             "error": workdirs.last_error(workdir) if state == "failed" else "",
             "wall_s": sum(a.get("wall_s", 0.0) for a in record.get("attempts", []))}
 
