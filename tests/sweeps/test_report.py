@@ -3,14 +3,17 @@ and unfinished points marked rather than fatal."""
 
 import csv
 import json
+import math
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from transformer_jax.sweeps import hyper, report as compare
+from transformer_jax.errors import ConfigError
+from transformer_jax.sweeps import hyper, report as compare, report_metrics
 from transformer_jax.sweeps.experiment import Sweep, load_experiment
 from transformer_jax.sweeps.run import run_sweep
 
@@ -198,6 +201,34 @@ def test_settings_show_mean_std_and_n_worked_by_hand(replicated_root, tmp_path):
         table = list(csv.DictReader(f))
     assert len(table) == 9 and {r["seed"] for r in table} == {"0", "1", "2"}
     assert {r["setting"] for r in table} == {"base", "A_h4", "A_h16"}
+
+
+def test_best_mean_is_the_lowest_perplexity_and_the_highest_bleu(replicated_root, tmp_path):
+    text = compare.report(replicated_root, tmp_path)["markdown"].read_text()
+    # Means by hand: dev PPL 5.00, 3.50, 5.00; dev BLEU 24.0, 96.0, 23.0; test BLEU 23.0,
+    # 95.0, 22.0 (base, A_h4, A_h16).
+    assert "Best mean: dev PPL A_h4 (3.50); dev BLEU A_h4 (96.0); test BLEU A_h4 (95.0)" in text
+
+
+def test_a_metric_registered_in_one_place_is_in_every_table(replicated_root, tmp_path,
+                                                            monkeypatch):
+    monkeypatch.setattr(report_metrics, "METRICS", dict(report_metrics.METRICS))
+    report_metrics.register(report_metrics.Metric(
+        "dev_nll", "dev NLL", lambda run: math.log(run.final_value("perplexity")),
+        higher_is_better=False, digits=3))
+    paths = compare.report(replicated_root, tmp_path)
+    sets, rows = _rows(paths["markdown"], "Settings"), _rows(paths["markdown"])
+    # NLL = log PPL: A_h4's PPLs 3.0, 3.5, 4.0.
+    nll = [math.log(p) for p in (3.0, 3.5, 4.0)]
+    assert sets["A_h4"]["dev NLL"] == f"{statistics.fmean(nll):.3f} ± {statistics.stdev(nll):.3f}"
+    assert rows["A_h4,seed=0"]["dev NLL"] == f"{math.log(3.0):.3f}"
+    assert f"dev NLL A_h4 ({statistics.fmean(nll):.3f})" in paths["markdown"].read_text()
+    with open(paths["csv"]) as f:
+        table = {r["point"]: r for r in csv.DictReader(f)}
+    assert float(table["base,seed=2"]["dev_nll"]) == pytest.approx(math.log(6.0))
+    with pytest.raises(ConfigError, match=r"report metric 'dev_nl' is not one of tokens_per_s, "
+                                          r"dev_loss, dev_ppl, dev_bleu, test_bleu, .*dev_nll"):
+        report_metrics.get("dev_nl")
 
 
 def test_significance_marks_the_clearly_better_and_not_the_identical(replicated_root, tmp_path):
