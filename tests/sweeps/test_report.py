@@ -269,3 +269,57 @@ def test_plots_draw_error_bars_and_every_seed(replicated_root, tmp_path):
     compare.plot_against_value(definition, sets, path)
     data = path.read_bytes()
     assert data.startswith(PNG) and len(data) > 10_000
+
+
+def _chrf(workdir):
+    """sacreBLEU's chrF of a run's saved test translations, computed here."""
+    import sacrebleu
+
+    final = json.loads((workdir / "final_metrics.json").read_text())
+    hyps = (workdir / final["test_hypotheses"]).read_text().splitlines()
+    refs = (workdir / final["test_references"]).read_text().splitlines()
+    return sacrebleu.CHRF().corpus_score(hyps, [refs]).score
+
+
+def _compare(*args):
+    run = subprocess.run([sys.executable, "-m", "transformer_jax.compare", *map(str, args)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout
+
+
+def test_compare_shows_test_chrf_of_the_saved_translations(replicated_root, tmp_path):
+    _compare(replicated_root, f"--out={tmp_path}")
+    sets, rows = _rows(tmp_path / "results.md", "Settings"), _rows(tmp_path / "results.md")
+    worse = _chrf(replicated_root / "base,seed=0")
+    assert 0 < worse < 100
+    # The same translations on every seed: no spread; A_h4 translates every sentence right.
+    assert sets["base"]["test chrF"] == f"{worse:.1f} ± 0.0"
+    assert sets["A_h4"]["test chrF"] == "100.0 ± 0.0"
+    assert rows["A_h16,seed=1"]["test chrF"] == f"{worse:.1f}"
+    assert "test chrF A_h4 (100.0)" in (tmp_path / "results.md").read_text()
+    with open(tmp_path / "results.csv") as f:
+        table = {r["point"]: r for r in csv.DictReader(f)}
+    assert float(table["base,seed=2"]["test_chrf"]) == pytest.approx(worse)
+
+
+@pytest.mark.slow  # after the shared tiny sweep's 3.5 min
+def test_compare_on_a_trained_sweep_shows_chrf_and_reads_only_declared_keys(tiny_sweep,
+                                                                             tmp_path):
+    from transformer_jax.io import metric_keys
+
+    root = tmp_path / "root"
+    shutil.copytree(tiny_sweep[1], root)
+    stdout = _compare(root)
+    rows = _rows(root / "results.md")
+    assert rows["base"]["test chrF"] == f"{_chrf(root / 'base'):.1f}"
+    assert rows["D_ls0"]["test chrF"] == f"{_chrf(root / 'D_ls0'):.1f}"
+    assert rows["broken"]["test chrF"] == "-"
+    assert "| test chrF |" in stdout
+    # What training wrote are the keys declared for it.
+    for point in ("base", "D_ls0"):
+        final = json.loads((root / point / "final_metrics.json").read_text())
+        assert set(final) <= set(metric_keys.FINAL_KEYS), point
+        for line in (root / point / "metrics.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            assert set(record) <= set(metric_keys.RECORD_KEYS[record["split"]]), record

@@ -95,6 +95,16 @@ def _tokens_per_s(run: Run) -> float | None:
     return sum(speeds) / len(speeds) if speeds else None
 
 
+def _chrf(run: Run) -> float | None:
+    """sacreBLEU's chrF of the test translations saved at the end of training."""
+    if not run.translations:
+        return None
+    import sacrebleu
+
+    hyps, refs = run.translations
+    return sacrebleu.CHRF().corpus_score(hyps, [refs]).score
+
+
 # The figures, in the order of their columns.
 register(Metric("tokens_per_s", "tokens/s", _tokens_per_s, higher_is_better=True, digits=0,
                 summarised=False))
@@ -106,3 +116,4 @@ register(Metric("dev_bleu", "dev BLEU", lambda run: run.last_eval(metric_keys.BL
                 higher_is_better=True, digits=1))
 register(Metric("test_bleu", "test BLEU", lambda run: run.final.get(metric_keys.TEST_BLEU),
                 higher_is_better=True, digits=1))
+register(Metric("test_chrf", "test chrF", _chrf, higher_is_better=True, digits=1))
