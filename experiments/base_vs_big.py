@@ -14,7 +14,7 @@ base's 450), about three times the base's CPU time per step.
 """
 
 from transformer_jax.sweeps import hyper
-from transformer_jax.sweeps.sweep import Sweep
+from transformer_jax.sweeps.experiment import Sweep
 
 
 def get_sweep(arg: str | None = None) -> Sweep:

@@ -15,7 +15,7 @@ with three seeds.
 
 from transformer_jax import config
 from transformer_jax.sweeps import hyper
-from transformer_jax.sweeps.sweep import Sweep
+from transformer_jax.sweeps.experiment import Sweep
 
 
 def get_sweep(arg: str | None = None) -> Sweep:

@@ -17,7 +17,7 @@ experiments/heads_ablation.py.
 from transformer_jax import config
 from transformer_jax.errors import UserError
 from transformer_jax.sweeps import hyper
-from transformer_jax.sweeps.sweep import Sweep
+from transformer_jax.sweeps.experiment import Sweep
 
 
 def get_sweep(arg: str | None = None) -> Sweep:

@@ -29,7 +29,8 @@ def builtin_data_dir(tmp_path_factory):
 def tiny_sweep(builtin_data_dir, tmp_path_factory):
     """(experiment file, root) of helpers.TINY_POINTS run once by the local launcher, two at
     a time: base and D_ls0 finished at step 10, broken failed. Copy the root to change it."""
-    from transformer_jax.sweeps import sweep
+    from transformer_jax.sweeps.experiment import load_experiment
+    from transformer_jax.sweeps.run import run_sweep
 
     from .helpers import ROOT, tiny_experiment
 
@@ -37,8 +38,8 @@ def tiny_sweep(builtin_data_dir, tmp_path_factory):
     experiment = tiny_experiment(tmp_path / "tiny.py", builtin_data_dir)
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(ROOT)  # experiments name their config files relative to the repository
-        outcome = sweep.run_sweep(sweep.load_experiment(experiment), str(tmp_path / "root"),
-                                  "local", parallel=2)
+        outcome = run_sweep(load_experiment(experiment), str(tmp_path / "root"), "local",
+                            parallel=2)
     return experiment, tmp_path / "root", outcome
 
 

@@ -1,10 +1,18 @@
-"""Run a sweep, or say where it stands: the command of :mod:`transformer_jax.sweeps.sweep`.
+"""Run a sweep, or say where it stands: the command of :mod:`transformer_jax.sweeps`.
 
     python -m transformer_jax.sweep experiments/heads_ablation.py --root=runs/heads \
-        [--seeds=3] [--launcher=local|print|slurm|tpu] [--scale=demo] [--parallel=K] \
+        [--seeds=3] [--launcher=local|print|slurm|tpu|...] [--scale=demo] [--parallel=K] \
         [--dry_run] [--status] [--config.FIELD=VALUE ...]
     python -m transformer_jax.sweep configs/table3.py:base --root=runs/lr \
         --grid=optim.lr_scale=0.5,1,2 --grid=optim.warmup_steps=2000,4000 --seeds=3
+
+The first argument is an experiment file or a config file with its variant
+(:mod:`transformer_jax.sweeps.experiment`). Each point trains in ``ROOT/NAME`` with the
+ordinary training command (:mod:`transformer_jax.sweeps.points`), started by the launcher
+(:mod:`transformer_jax.sweeps.launchers`, one module each); ``ROOT/sweep.json`` and
+``ROOT/NAME/sweep_point.json`` record the sweep and its attempts
+(:mod:`transformer_jax.sweeps.records`) for ``python -m transformer_jax.compare ROOT``, and
+``--status`` says where every point stands (:mod:`transformer_jax.sweeps.status`).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from ml_collections import config_flags
 
 from transformer_jax import cli, config as config_lib
 from transformer_jax.errors import UserError
-from transformer_jax.sweeps import sweep as sweep_lib
+from transformer_jax.sweeps import experiment, launchers, run, status
 
 
 def main(argv: Sequence[str], flag_values: Any) -> None:
@@ -33,15 +41,14 @@ def main(argv: Sequence[str], flag_values: Any) -> None:
         f = flag_values
         if f.seeds < 0:
             raise UserError(f"--seeds={f.seeds} must be >= 0")
-        sweep = sweep_lib.load_experiment(argv[1], f.grid or (), f.seeds)
+        sweep = experiment.load_experiment(argv[1], f.grid or (), f.seeds)
         overrides = config_flags.get_override_values(flags.FLAGS["config"])
         if f.status:
-            print("\n".join(sweep_lib.status_lines(sweep, f.root, f.scale, overrides)))
+            print("\n".join(status.status_lines(sweep, f.root, f.scale, overrides)))
             return
-        outcome = sweep_lib.run_sweep(sweep, f.root, f.launcher, f.scale, f.parallel,
-                                      f.dry_run, overrides,
-                                      experiment=shlex.join(sys.argv[1:]))
-        logging.info("%s: %s", sweep.name, sweep_lib.summary(outcome))
+        outcome = run.run_sweep(sweep, f.root, f.launcher, f.scale, f.parallel, f.dry_run,
+                                overrides, experiment=shlex.join(sys.argv[1:]))
+        logging.info("%s: %s", sweep.name, run.summary(outcome))
         if any(r.startswith("failed") for r in outcome.values()):
             sys.exit(1)
 
@@ -49,12 +56,12 @@ def main(argv: Sequence[str], flag_values: Any) -> None:
 if __name__ == "__main__":
     flags.DEFINE_string("root", None, "Directory of the sweep: one workdir per point.")
     flags.mark_flag_as_required("root")
-    flags.DEFINE_enum("launcher", "local", sweep_lib.LAUNCHERS,
-                      "local: run here; print: write the commands; slurm: sbatch each point; "
-                      "tpu: launch/tpu_pod.sh each point, in turn.")
+    flags.DEFINE_enum("launcher", "local", launchers.names(), "; ".join(
+        f"{name}: {launchers.get(name).help}" for name in launchers.names()) + ".")
     flags.DEFINE_enum("scale", "paper", list(config_lib.SCALES),
                       "demo: every point at the demo scale on the built-in corpus.")
-    flags.DEFINE_integer("parallel", 1, "Points run at once by --launcher=local.")
+    flags.DEFINE_integer("parallel", 1, "Points run at once by --launcher=" + "|".join(
+        name for name in launchers.names() if launchers.get(name).parallel) + ".")
     flags.DEFINE_bool("dry_run", False, "Show what would be run; change nothing.")
     flags.DEFINE_multi_string("grid", [], "An axis FIELD=V1,V2,... (repeatable; the grid is "
                               "their product), e.g. --grid=optim.lr_scale=0.5,1,2.")

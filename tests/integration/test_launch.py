@@ -6,7 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from transformer_jax.sweeps import sweep as sweep_lib
+from transformer_jax.sweeps.experiment import load_experiment
+from transformer_jax.sweeps.run import run_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -79,9 +80,9 @@ def test_sweep_submits_each_point_once_to_slurm(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", env["PATH"])
     monkeypatch.setenv("JOBS", env["JOBS"])
     monkeypatch.setenv("CALLS", env["CALLS"])
-    sweep = sweep_lib.load_experiment("experiments/base_vs_big.py")
+    sweep = load_experiment("experiments/base_vs_big.py")
     root = tmp_path / "root"
-    assert sweep_lib.run_sweep(sweep, str(root), "slurm") == {
+    assert run_sweep(sweep, str(root), "slurm") == {
         "base": "submitted (job 101)", "big": "submitted (job 102)"}
     calls = (tmp_path / "calls").read_text().splitlines()
     assert calls[:6] == ["--parsable", "--job-name=base_vs_big-base",
@@ -90,5 +91,5 @@ def test_sweep_submits_each_point_once_to_slurm(tmp_path, monkeypatch):
     record = json.loads((root / "big" / "sweep_point.json").read_text())
     assert record["attempts"][0]["job_id"] == "102"
     # Again: job 101 is still queued and is left alone; job 102 ended unfinished: resubmitted.
-    assert sweep_lib.run_sweep(sweep, str(root), "slurm") == {
+    assert run_sweep(sweep, str(root), "slurm") == {
         "base": "skipped: queued (SLURM job 101)", "big": "submitted (job 103)"}

@@ -14,7 +14,10 @@ from transformer_jax.config import resume
 from transformer_jax.data import sources, text
 from transformer_jax.errors import DataError, UserError
 from transformer_jax.io import checkpoints, storage, workdirs
-from transformer_jax.sweeps import report as compare, sweep
+from transformer_jax.sweeps import report as compare
+from transformer_jax.sweeps.experiment import load_experiment
+from transformer_jax.sweeps.run import run_sweep
+from transformer_jax.sweeps.status import status_lines
 from transformer_jax.training import faults, train
 
 from ..helpers import ROOT, tiny_config, tiny_experiment
@@ -199,9 +202,9 @@ def test_a_sweep_root_in_a_bucket_runs_with_the_local_launcher(tmp_path, bucket_
                                  points="{'variant': 'base'}, {'variant': 'D_ls0'}")
     root = f"{bucket}/sweep"
     monkeypatch.chdir(ROOT)
-    outcome = sweep.run_sweep(sweep.load_experiment(experiment), root, "local", parallel=2)
+    outcome = run_sweep(load_experiment(experiment), root, "local", parallel=2)
     assert outcome == {"base": "finished", "D_ls0": "finished"}
-    lines = sweep.status_lines(sweep.load_experiment(experiment), root)
+    lines = status_lines(load_experiment(experiment), root)
     assert sum("finished" in line for line in lines[:2]) == 2, lines
     for point in ("base", "D_ls0"):
         log = (storage.path(root) / point / "train.log").read_text()

@@ -9,7 +9,9 @@ import pytest
 
 from transformer_jax.data import pipeline
 from transformer_jax.errors import UserError
-from transformer_jax.sweeps import hyper, sweep as sweep_lib
+from transformer_jax.sweeps import hyper
+from transformer_jax.sweeps.experiment import load_experiment
+from transformer_jax.sweeps.points import point_config
 from transformer_jax.training import train
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,13 +63,13 @@ def test_names_stay_unique_when_fields_share_a_last_name():
 
 
 def test_command_line_grid_over_a_config_file():
-    sweep = sweep_lib.load_experiment(
+    sweep = load_experiment(
         "configs/table3.py:base", ["optim.lr_scale=0.5,1,2", "optim.warmup_steps=2000,4000"], 3)
     points = sweep.points()
     assert len(points) == 18 and len({p.name for p in points}) == 18
     assert points[1].name == "lr_scale=0.5,warmup_steps=2000,seed=1"
     assert points[1].setting == "lr_scale=0.5,warmup_steps=2000"
-    config, own = sweep_lib.point_config(sweep, points[-1], "demo")
+    config, own = point_config(sweep, points[-1], "demo")
     assert (config.optim.lr_scale, config.optim.warmup_steps) == (2.0, 4000)
     assert (config.train.seed, config.data.shuffle_seed) == (2, 2)  # the seed sets both
     assert config.scale == "demo" and config.model.d_model == 128
@@ -82,18 +84,18 @@ def test_command_line_grid_over_a_config_file():
 ])
 def test_bad_grid_axes_are_refused_naming_the_field(grid, message):
     with pytest.raises(UserError, match=message):
-        sweep_lib.load_experiment("configs/table3.py:base", [grid])
+        load_experiment("configs/table3.py:base", [grid])
 
 
 def test_a_value_out_of_range_is_refused_naming_the_point_and_field():
-    sweep = sweep_lib.load_experiment("configs/table3.py:base", ["optim.lr_scale=1,-1"])
+    sweep = load_experiment("configs/table3.py:base", ["optim.lr_scale=1,-1"])
     with pytest.raises(UserError, match=r"point lr_scale=-1: optim.lr_scale=-1.0 must be"):
-        [sweep_lib.point_config(sweep, p) for p in sweep.points()]
+        [point_config(sweep, p) for p in sweep.points()]
 
 
 def test_seeds_reach_initialisation_and_data_order():
-    sweep = sweep_lib.load_experiment("configs/table3.py:base", seeds=2)
-    configs = [sweep_lib.point_config(sweep, p, "demo")[0] for p in sweep.points()]
+    sweep = load_experiment("configs/table3.py:base", seeds=2)
+    configs = [point_config(sweep, p, "demo")[0] for p in sweep.points()]
     assert [(c.train.seed, c.data.shuffle_seed) for c in configs] == [(0, 0), (1, 1)]
     from ..helpers import TINY
     params = [train.init_params(TINY, jax.random.key(c.train.seed)) for c in configs]
@@ -106,4 +108,4 @@ def test_seeds_reach_initialisation_and_data_order():
 
 def test_seeds_twice_are_refused():
     with pytest.raises(UserError, match="--grid sweep seeds already"):
-        sweep_lib.load_experiment("configs/table3.py:base", ["seed=0,1"], 3)
+        load_experiment("configs/table3.py:base", ["seed=0,1"], 3)

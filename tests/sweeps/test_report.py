@@ -3,14 +3,19 @@ and unfinished points marked rather than fatal."""
 
 import csv
 import json
+import math
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from transformer_jax.sweeps import hyper, report as compare, sweep as sweep_lib
+from transformer_jax.errors import ConfigError
+from transformer_jax.sweeps import hyper, report as compare, report_metrics
+from transformer_jax.sweeps.experiment import Sweep, load_experiment
+from transformer_jax.sweeps.run import run_sweep
 
 from ..config.test_paper import TABLE3
 from ..helpers import BROKEN_POINT, tiny_experiment
@@ -36,9 +41,9 @@ def _rows(path, section="Runs"):
 def test_paper_columns_are_table_3_for_every_variant(tmp_path):
     # The print launcher records every variant's point without training any.
     root = tmp_path / "all"
-    sweep = sweep_lib.Sweep("all", "configs/table3.py", hyper.sweep("variant", TABLE3),
+    sweep = Sweep("all", "configs/table3.py", hyper.sweep("variant", TABLE3),
                             parameter="variant")
-    sweep_lib.run_sweep(sweep, str(root), "print")
+    run_sweep(sweep, str(root), "print")
     paths = compare.report(root)
     rows, sets = _rows(paths["markdown"]), _rows(paths["markdown"], "Settings")
     assert list(rows) == list(sets) == list(TABLE3)
@@ -78,7 +83,7 @@ def mixed_root(tiny_sweep, tmp_path_factory, builtin_data_dir):
         f"{BROKEN_POINT}, {{'variant': 'D_ls02'}}"))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(ROOT)
-        sweep_lib.run_sweep(sweep_lib.load_experiment(grown), str(root), "print")
+        run_sweep(load_experiment(grown), str(root), "print")
     return root
 
 
@@ -167,9 +172,9 @@ def replicated_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("replicated") / "root"
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(ROOT)
-        sweep = sweep_lib.load_experiment("configs/table3.py:base",
+        sweep = load_experiment("configs/table3.py:base",
                                           ["variant=base,A_h4,A_h16"], 3)
-        sweep_lib.run_sweep(sweep, str(root), "print", "demo")
+        run_sweep(sweep, str(root), "print", "demo")
     worse = [_worse(r, i) for i, r in enumerate(REFS)]
     figures = {"base": ([4.0, 5.0, 6.0], [20.0, 22.0, 27.0], worse),
                "A_h4": ([3.0, 3.5, 4.0], [90.0, 95.0, 100.0], REFS),
@@ -196,6 +201,34 @@ def test_settings_show_mean_std_and_n_worked_by_hand(replicated_root, tmp_path):
         table = list(csv.DictReader(f))
     assert len(table) == 9 and {r["seed"] for r in table} == {"0", "1", "2"}
     assert {r["setting"] for r in table} == {"base", "A_h4", "A_h16"}
+
+
+def test_best_mean_is_the_lowest_perplexity_and_the_highest_bleu(replicated_root, tmp_path):
+    text = compare.report(replicated_root, tmp_path)["markdown"].read_text()
+    # Means by hand: dev PPL 5.00, 3.50, 5.00; dev BLEU 24.0, 96.0, 23.0; test BLEU 23.0,
+    # 95.0, 22.0 (base, A_h4, A_h16).
+    assert "Best mean: dev PPL A_h4 (3.50); dev BLEU A_h4 (96.0); test BLEU A_h4 (95.0)" in text
+
+
+def test_a_metric_registered_in_one_place_is_in_every_table(replicated_root, tmp_path,
+                                                            monkeypatch):
+    monkeypatch.setattr(report_metrics, "METRICS", dict(report_metrics.METRICS))
+    report_metrics.register(report_metrics.Metric(
+        "dev_nll", "dev NLL", lambda run: math.log(run.final_value("perplexity")),
+        higher_is_better=False, digits=3))
+    paths = compare.report(replicated_root, tmp_path)
+    sets, rows = _rows(paths["markdown"], "Settings"), _rows(paths["markdown"])
+    # NLL = log PPL: A_h4's PPLs 3.0, 3.5, 4.0.
+    nll = [math.log(p) for p in (3.0, 3.5, 4.0)]
+    assert sets["A_h4"]["dev NLL"] == f"{statistics.fmean(nll):.3f} ± {statistics.stdev(nll):.3f}"
+    assert rows["A_h4,seed=0"]["dev NLL"] == f"{math.log(3.0):.3f}"
+    assert f"dev NLL A_h4 ({statistics.fmean(nll):.3f})" in paths["markdown"].read_text()
+    with open(paths["csv"]) as f:
+        table = {r["point"]: r for r in csv.DictReader(f)}
+    assert float(table["base,seed=2"]["dev_nll"]) == pytest.approx(math.log(6.0))
+    with pytest.raises(ConfigError, match=r"report metric 'dev_nl' is not one of tokens_per_s, "
+                                          r"dev_loss, dev_ppl, dev_bleu, test_bleu, .*dev_nll"):
+        report_metrics.get("dev_nl")
 
 
 def test_significance_marks_the_clearly_better_and_not_the_identical(replicated_root, tmp_path):
@@ -236,3 +269,57 @@ def test_plots_draw_error_bars_and_every_seed(replicated_root, tmp_path):
     compare.plot_against_value(definition, sets, path)
     data = path.read_bytes()
     assert data.startswith(PNG) and len(data) > 10_000
+
+
+def _chrf(workdir):
+    """sacreBLEU's chrF of a run's saved test translations, computed here."""
+    import sacrebleu
+
+    final = json.loads((workdir / "final_metrics.json").read_text())
+    hyps = (workdir / final["test_hypotheses"]).read_text().splitlines()
+    refs = (workdir / final["test_references"]).read_text().splitlines()
+    return sacrebleu.CHRF().corpus_score(hyps, [refs]).score
+
+
+def _compare(*args):
+    run = subprocess.run([sys.executable, "-m", "transformer_jax.compare", *map(str, args)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout
+
+
+def test_compare_shows_test_chrf_of_the_saved_translations(replicated_root, tmp_path):
+    _compare(replicated_root, f"--out={tmp_path}")
+    sets, rows = _rows(tmp_path / "results.md", "Settings"), _rows(tmp_path / "results.md")
+    worse = _chrf(replicated_root / "base,seed=0")
+    assert 0 < worse < 100
+    # The same translations on every seed: no spread; A_h4 translates every sentence right.
+    assert sets["base"]["test chrF"] == f"{worse:.1f} ± 0.0"
+    assert sets["A_h4"]["test chrF"] == "100.0 ± 0.0"
+    assert rows["A_h16,seed=1"]["test chrF"] == f"{worse:.1f}"
+    assert "test chrF A_h4 (100.0)" in (tmp_path / "results.md").read_text()
+    with open(tmp_path / "results.csv") as f:
+        table = {r["point"]: r for r in csv.DictReader(f)}
+    assert float(table["base,seed=2"]["test_chrf"]) == pytest.approx(worse)
+
+
+@pytest.mark.slow  # after the shared tiny sweep's 3.5 min
+def test_compare_on_a_trained_sweep_shows_chrf_and_reads_only_declared_keys(tiny_sweep,
+                                                                             tmp_path):
+    from transformer_jax.io import metric_keys
+
+    root = tmp_path / "root"
+    shutil.copytree(tiny_sweep[1], root)
+    stdout = _compare(root)
+    rows = _rows(root / "results.md")
+    assert rows["base"]["test chrF"] == f"{_chrf(root / 'base'):.1f}"
+    assert rows["D_ls0"]["test chrF"] == f"{_chrf(root / 'D_ls0'):.1f}"
+    assert rows["broken"]["test chrF"] == "-"
+    assert "| test chrF |" in stdout
+    # What training wrote are the keys declared for it.
+    for point in ("base", "D_ls0"):
+        final = json.loads((root / point / "final_metrics.json").read_text())
+        assert set(final) <= set(metric_keys.FINAL_KEYS), point
+        for line in (root / point / "metrics.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            assert set(record) <= set(metric_keys.RECORD_KEYS[record["split"]]), record

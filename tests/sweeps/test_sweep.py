@@ -16,7 +16,12 @@ from ml_collections import config_flags
 from transformer_jax import config as config_lib
 from transformer_jax.errors import ConfigError
 from transformer_jax.io import workdirs
-from transformer_jax.sweeps import hyper, sweep as sweep_lib
+from transformer_jax.sweeps import hyper, launchers, records
+from transformer_jax.sweeps.experiment import Sweep, load_experiment
+from transformer_jax.sweeps.points import point_config, train_args
+from transformer_jax.sweeps.run import run_sweep
+from transformer_jax.sweeps.status import point_status, status_lines
+from transformer_jax.sweeps.vocab import share_vocabulary
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADS = ROOT / "experiments" / "heads_ablation.py"
@@ -29,8 +34,8 @@ def _repo_cwd(monkeypatch):
 
 
 def expand(spec, scale="paper", overrides=None, **kwargs):
-    sweep = sweep_lib.load_experiment(spec, **kwargs)
-    return sweep, {p.name: sweep_lib.point_config(sweep, p, scale, overrides)[0]
+    sweep = load_experiment(spec, **kwargs)
+    return sweep, {p.name: point_config(sweep, p, scale, overrides)[0]
                    for p in sweep.points()}
 
 
@@ -64,12 +69,12 @@ def test_demo_scale_keeps_h_times_dk_equal_to_d_model():
 
 
 def test_validation_bleu_is_at_the_last_step_after_overrides():
-    sweep = sweep_lib.load_experiment(str(HEADS))
+    sweep = load_experiment(str(HEADS))
     point = sweep.points()[0]
     for overrides, every in [({"train.num_steps": 20}, 20),
                              ({"train.bleu_sentences": 0}, 0),
                              ({"train.num_steps": 20, "train.bleu_every": 5}, 5)]:
-        c, _ = sweep_lib.point_config(sweep, point, "demo", overrides)
+        c, _ = point_config(sweep, point, "demo", overrides)
         assert c.train.bleu_every == every, overrides
 
 
@@ -83,8 +88,8 @@ def test_validation_bleu_is_at_the_last_step_after_overrides():
     ("big", {"d_model": 256, "d_ff": 1024, "num_heads": 16, "dropout_rate": 0.3}),
 ])
 def test_demo_scale_keeps_each_variants_ratio_to_the_base_model(variant, changed):
-    sweep = sweep_lib.Sweep("t", "configs/table3.py", hyper.sweep("variant", ["base", variant]))
-    base, c = (sweep_lib.point_config(sweep, p, "demo")[0] for p in sweep.points())
+    sweep = Sweep("t", "configs/table3.py", hyper.sweep("variant", ["base", variant]))
+    base, c = (point_config(sweep, p, "demo")[0] for p in sweep.points())
     differs = {k: v for k, v in c.model.to_dict().items() if base.model[k] != v}
     assert differs == changed
     assert c.train.num_steps == (1350 if variant == "big" else 450)  # big trains 3x longer
@@ -118,11 +123,11 @@ def test_base_vs_big():
 
 
 def test_each_command_reproduces_its_points_config():
-    sweep = sweep_lib.load_experiment(str(HEADS), seeds=2)
+    sweep = load_experiment(str(HEADS), seeds=2)
     for scale in ("paper", "demo"):
         for point in sweep.points():
-            config, own = sweep_lib.point_config(sweep, point, scale)
-            cmd = sweep_lib.command("local", sweep, point, sweep_lib.train_args(
+            config, own = point_config(sweep, point, scale)
+            cmd = launchers.get("local").command(sweep, point, train_args(
                 sweep, point, scale, config, own, "runs/x"))
             assert cmd[:3] == ["python", "-m", "transformer_jax.main"]
             assert cmd[4] == f"--workdir=runs/x/{point.name}"
@@ -134,14 +139,14 @@ def test_each_command_reproduces_its_points_config():
 
 
 def test_launchers_commands():
-    sweep = sweep_lib.load_experiment(str(HEADS))
+    sweep = load_experiment(str(HEADS))
     point = sweep.points()[0]
     args = ("configs/table3.py:A_h1", "runs/h/A_h1", ["--config.train.seed=1"])
-    assert sweep_lib.command("slurm", sweep, point, args) == [
+    assert launchers.get("slurm").command(sweep, point, args) == [
         "sbatch", "--parsable", "--job-name=heads_ablation-A_h1",
         "--output=runs/h/A_h1/slurm-%j.out", "launch/slurm.sbatch", "configs/table3.py:A_h1",
         "runs/h/A_h1", "--config.train.seed=1"]
-    assert sweep_lib.command("tpu", sweep, point, args) == [
+    assert launchers.get("tpu").command(sweep, point, args) == [
         "launch/tpu_pod.sh", "configs/table3.py:A_h1", "runs/h/A_h1", "--config.train.seed=1"]
 
 
@@ -149,7 +154,7 @@ def test_unknown_variant_or_field_is_refused_in_one_line(tmp_path):
     experiment = tmp_path / "bad.py"
     experiment.write_text(
         "from transformer_jax.sweeps import hyper\n"
-        "from transformer_jax.sweeps.sweep import Sweep\n"
+        "from transformer_jax.sweeps.experiment import Sweep\n"
         "def get_sweep(arg=None):\n"
         "    return Sweep('bad', 'configs/table3.py', hyper.sweep('variant', ['base', 'A_h3']))\n")
     with pytest.raises(ConfigError, match=r"point A_h3: unknown variant 'A_h3'; known: base"):
@@ -186,7 +191,7 @@ def test_print_launcher_writes_a_script_of_the_pending_commands(tmp_path):
     assert definition["parameter"] == "h" and definition["scale"] == "demo"
     # The root belongs to this sweep at this scale now.
     with pytest.raises(Exception, match="holds the sweep heads_ablation at scale demo"):
-        sweep_lib.run_sweep(sweep_lib.load_experiment(str(HEADS)), str(root), "print",
+        run_sweep(load_experiment(str(HEADS)), str(root), "print",
                             "paper")
 
 
@@ -195,7 +200,7 @@ def test_finished_points_are_skipped_and_the_others_run_again(tmp_path, capsys):
     for point, step in [("A_h1", 450), ("A_h4", 150), ("base", 450)]:
         (tmp_path / point).mkdir()
         (tmp_path / point / "final_metrics.json").write_text(json.dumps({"step": step}))
-    outcome = sweep_lib.run_sweep(sweep_lib.load_experiment(str(HEADS)), str(tmp_path),
+    outcome = run_sweep(load_experiment(str(HEADS)), str(tmp_path),
                                   "print", "demo")
     assert outcome == {"A_h1": "skipped: finished", "base": "skipped: finished",
                        "A_h4": "printed", "A_h16": "printed", "A_h32": "printed"}
@@ -210,7 +215,7 @@ def test_finished_points_are_skipped_and_the_others_run_again(tmp_path, capsys):
 @pytest.mark.slow
 def test_local_sweep_runs_in_parallel_resumes_and_skips_finished_points(tmp_path, tiny_sweep):
     experiment, first_root, outcome = tiny_sweep
-    sweep = sweep_lib.load_experiment(experiment)
+    sweep = load_experiment(experiment)
 
     # 10 steps, two points at once: both ran, the broken one failed without stopping them.
     assert outcome["base"] == outcome["D_ls0"] == "finished"
@@ -222,13 +227,13 @@ def test_local_sweep_runs_in_parallel_resumes_and_skips_finished_points(tmp_path
     assert records["base"]["attempts"][0]["returncode"] == 0
     assert records["base"]["attempts"][0]["cpu_s"] > 0
     assert json.loads((first_root / "base" / "final_metrics.json").read_text())["step"] == 10
-    assert workdirs.point_status(first_root / "broken", 10).kind == "failed"
+    assert point_status(first_root / "broken", 10).kind == "failed"
 
     # 20 steps: both points are unfinished now and resume from their step-10 checkpoints.
     root = tmp_path / "root"
     shutil.copytree(first_root, root)
     more = {"train.num_steps": 20, "train.bleu_sentences": 0}
-    outcome = sweep_lib.run_sweep(sweep, str(root), "local", parallel=2, overrides=more)
+    outcome = run_sweep(sweep, str(root), "local", parallel=2, overrides=more)
     assert outcome["base"] == outcome["D_ls0"] == "finished"
     for point in ("base", "D_ls0"):
         assert "resuming from step 10" in (root / point / "train.log").read_text()
@@ -239,7 +244,7 @@ def test_local_sweep_runs_in_parallel_resumes_and_skips_finished_points(tmp_path
         assert json.loads((root / point / "final_metrics.json").read_text())["step"] == 20
 
     # Again: the finished points are skipped (no new attempt); the broken one is retried.
-    outcome = sweep_lib.run_sweep(sweep, str(root), "local", overrides=more)
+    outcome = run_sweep(sweep, str(root), "local", overrides=more)
     assert outcome["base"] == outcome["D_ls0"] == "skipped: finished"
     assert len(json.loads((root / "base" / "sweep_point.json").read_text())["attempts"]) == 2
     assert len(json.loads((root / "broken" / "sweep_point.json").read_text())["attempts"]) == 3
@@ -259,11 +264,11 @@ def test_points_share_a_vocabulary_trained_on_the_same_data(tmp_path):
     (first / "vocab" / "spm.model").write_bytes(b"model bytes")
     (first / "config.json").write_text(config.to_json())
     second.mkdir()
-    assert sweep_lib.share_vocabulary(tmp_path, second, config)
+    assert share_vocabulary(tmp_path, second, config)
     assert (second / "vocab" / "spm.model").read_bytes() == b"model bytes"
     config.data.vocab_size = 999  # another vocabulary size: trains its own
     other.mkdir()
-    assert not sweep_lib.share_vocabulary(tmp_path, other, config)
+    assert not share_vocabulary(tmp_path, other, config)
     assert not (other / "vocab").exists()
 
 
@@ -281,7 +286,7 @@ def test_sweep_refuses_bad_flags_in_one_line(tmp_path):
 
 
 def test_a_workdir_of_another_architecture_is_not_resumed(tmp_path):
-    sweep = sweep_lib.load_experiment(str(HEADS))
+    sweep = load_experiment(str(HEADS))
     workdir = tmp_path / "A_h4"
     (workdir / "checkpoints").mkdir(parents=True)
     other = config_lib.build("A_h4")
@@ -290,11 +295,11 @@ def test_a_workdir_of_another_architecture_is_not_resumed(tmp_path):
     with pytest.raises(Exception, match=r"point A_h4: .*config.json differs from the sweep's "
                                         r"config: model.d_model: 256 in the workdir, 512 asked; "
                                         r"use another --root"):
-        sweep_lib.run_sweep(sweep, str(tmp_path), "print")
+        run_sweep(sweep, str(tmp_path), "print")
 
 
 def test_status_of_finished_failed_running_and_unstarted_points(tmp_path, capsys):
-    sweep = sweep_lib.load_experiment(str(HEADS), seeds=2)
+    sweep = load_experiment(str(HEADS), seeds=2)
     names = [p.name for p in sweep.points()]
     assert names[:3] == ["A_h1,seed=0", "A_h1,seed=1", "A_h4,seed=0"]
     logs = {"split": "train", "loss": 2.5, "tokens_per_s": 3000.0, "steps_per_s": 0.5}
@@ -303,12 +308,12 @@ def test_status_of_finished_failed_running_and_unstarted_points(tmp_path, capsys
         workdir.mkdir()
         (workdir / "metrics.jsonl").write_text(json.dumps({**logs, "step": step}) + "\n")
     (finished / "final_metrics.json").write_text(json.dumps({"step": 450}))
-    workdirs.record_attempt(finished, {"point": names[0]}, {"wall_s": 600.0, "returncode": 0})
-    workdirs.record_attempt(failed, {"point": names[1]}, {"wall_s": 10.0, "returncode": 2})
+    records.record_attempt(finished, {"point": names[0]}, {"wall_s": 600.0, "returncode": 0})
+    records.record_attempt(failed, {"point": names[1]}, {"wall_s": 10.0, "returncode": 2})
     (failed / "train.log").write_text("12:00:01 model: ...\nerror: data.train_files: "
                                       "no such file x.tsv\n")
     with workdirs.Hold(running):  # this process holds it, as a training run would
-        lines = sweep_lib.status_lines(sweep, str(tmp_path), "demo", squeue=None)
+        lines = status_lines(sweep, str(tmp_path), "demo")
     assert len(lines) == len(names) + 1
     assert lines[0].split()[:4] == ["A_h1,seed=0", "finished", "step", "450/450"]
     assert lines[1].split()[:2] == ["A_h1,seed=1", "failed"]
@@ -322,13 +327,13 @@ def test_status_of_finished_failed_running_and_unstarted_points(tmp_path, capsys
                          "85 min of training left, one point at a time (points not running "
                          "counted at the finished points' mean)")
     # Without the hold the same point has stopped.
-    assert sweep_lib.status_lines(sweep, str(tmp_path), "demo", squeue=None)[2].split()[1] == \
+    assert status_lines(sweep, str(tmp_path), "demo")[2].split()[1] == \
         "stopped"
 
 
 def test_sweep_json_records_each_points_setting_and_seeds(tmp_path):
-    sweep = sweep_lib.load_experiment(str(HEADS), seeds=3)
-    sweep_lib.run_sweep(sweep, str(tmp_path), "print", "demo")
+    sweep = load_experiment(str(HEADS), seeds=3)
+    run_sweep(sweep, str(tmp_path), "print", "demo")
     definition = json.loads((tmp_path / "sweep.json").read_text())
     assert definition["swept"] == ["variant", "seed"] and definition["parameter"] == "h"
     points = definition["points"]

@@ -48,7 +48,7 @@ from transformer_jax.data.pipeline import pad_batch
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.decoding import decode
 from transformer_jax.errors import UserError
-from transformer_jax.io import checkpoints, layout, storage
+from transformer_jax.io import checkpoints, layout, metric_keys, storage
 from transformer_jax.model import losses, params as params_lib
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import Transformer
@@ -145,8 +145,9 @@ def loss_over_batches(batch_sums: Callable[[Any], dict[str, Any]],
         for k in totals:
             totals[k] += float(sums[k])
     n = max(totals["tokens"], 1.0)
-    return {"loss": totals["loss_sum"] / n, "nll": totals["nll_sum"] / n,
-            "perplexity": perplexity(totals["nll_sum"], n), "tokens": totals["tokens"]}
+    return {metric_keys.LOSS: totals["loss_sum"] / n, metric_keys.NLL: totals["nll_sum"] / n,
+            metric_keys.PERPLEXITY: perplexity(totals["nll_sum"], n),
+            metric_keys.TOKENS: totals["tokens"]}
 
 
 @functools.partial(jax.jit, static_argnames="config")

@@ -16,7 +16,7 @@ from typing import Any
 
 from tensorboardX import SummaryWriter, record_writer
 
-from transformer_jax.io import layout, storage
+from transformer_jax.io import layout, metric_keys, storage
 
 _SHORT = {"learning_rate": "lr", "perplexity": "ppl", "tokens_per_s": "tok/s",
           "grad_norm": "|g|", "padding_fraction": "pad", "steps_per_s": "steps/s"}
@@ -75,7 +75,8 @@ class MetricWriter:
         for key, value in numbers.items():
             self._tb.add_scalar(f"{split}/{key}", value, step)
         self._tb.flush()
-        self._jsonl.write(json.dumps({"split": split, "step": step, **numbers}) + "\n")
+        record = {metric_keys.SPLIT: split, metric_keys.STEP: step, **numbers}
+        self._jsonl.write(json.dumps(record) + "\n")
         self._jsonl.flush()
         shown = " | ".join(f"{_SHORT.get(k, k)} {_fmt(v)}" for k, v in numbers.items()
                            if k not in ("source_tokens_per_s", "skipped_long_pairs", "tokens"))

@@ -1,5 +1,7 @@
-"""What a training run's workdir says about it: finished or not, its metrics, the sweep's
-record of its attempts, which run holds it, and the settings it was trained with.
+"""What a training run's workdir says about it: its metrics, its last error, which run holds
+it, and the settings it was trained with. Where a sweep's point stands and the sweep's
+record of it are :mod:`transformer_jax.sweeps.status` and
+:mod:`transformer_jax.sweeps.records`.
 
 A workdir holds ``config.json`` (the config the run started with), ``config_changes.jsonl``
 (settings changed on resume, one JSON object per resume), ``metrics.jsonl`` (one JSON object
@@ -7,13 +9,12 @@ per logged step and split), ``final_metrics.json`` (written at the end: step, va
 loss, perplexity, test BLEU...), ``checkpoints/<step>/``, ``hold.json`` while a training run
 holds it (:class:`Hold`) and, when a sweep ran it, ``sweep_point.json``: the sweep's name,
 the point, and one entry per attempt (start, command, wall and CPU seconds, exit status or
-SLURM job id, machine).
+a scheduler's job id, machine).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime
 import json
 import logging
@@ -24,23 +25,10 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from transformer_jax.errors import UserError
-from transformer_jax.io import layout, storage
-
-
-@dataclasses.dataclass(frozen=True)
-class Status:
-    """``kind`` is one of finished, unfinished, failed, queued (SLURM) or missing."""
-
-    kind: str
-    step: int | None = None
-    detail: str = ""
-
-    def __str__(self) -> str:
-        return self.kind + (f" ({self.detail})" if self.detail else "")
+from transformer_jax.io import layout, metric_keys, storage
 
 
 def read_json(path: storage.PathLike) -> Any:
@@ -59,32 +47,10 @@ def last_logged_step(workdir: storage.PathLike) -> int | None:
     if path.exists():
         for line in path.read_text().splitlines():
             try:
-                steps.append(int(json.loads(line)["step"]))
+                steps.append(int(json.loads(line)[metric_keys.STEP]))
             except (ValueError, KeyError, TypeError):
                 continue
     return max(steps, default=None)
-
-
-def point_status(workdir: storage.PathLike, num_steps: int,
-                 squeue: Callable[[str], bool] | None = None) -> Status:
-    """Where one point stands: finished means ``final_metrics.json`` says step ==
-    ``num_steps``."""
-    workdir = storage.path(workdir)
-    final = read_json(workdir / layout.FINAL_METRICS)
-    if isinstance(final, dict) and final.get("step") == num_steps:
-        return Status("finished", num_steps)
-    record = read_json(workdir / layout.SWEEP_POINT) or {}
-    attempts = record.get("attempts") or [{}]
-    last = attempts[-1]
-    step = last_logged_step(workdir)
-    if last.get("job_id") and squeue is not None and squeue(last["job_id"]):
-        return Status("queued", step, f"SLURM job {last['job_id']}")
-    if last.get("returncode") not in (None, 0):
-        return Status("failed", step, f"exit {last['returncode']}, at step {step or 0} of "
-                      f"{num_steps}")
-    if step is not None or (workdir / layout.CHECKPOINTS).exists():
-        return Status("unfinished", step, f"step {step or 0} of {num_steps}")
-    return Status("missing")
 
 
 def machine() -> str:
@@ -104,30 +70,9 @@ def machine() -> str:
     return f"{os.cpu_count()}-core {model}{memory}"
 
 
-def record_point(workdir: storage.PathLike, header: dict[str, Any],
-                 attempt: dict[str, Any] | None = None) -> None:
-    """Updates ``workdir/sweep_point.json`` with ``header`` (the sweep's name, the point, its
-    swept values and seeds) and adds ``attempt`` if given; written whole or not at all."""
-    workdir = storage.path(workdir)
-    path = workdir / layout.SWEEP_POINT
-    record = read_json(path) or {}
-    record.update(header)
-    record.setdefault("attempts", [])
-    if attempt is not None:
-        record["attempts"].append(attempt)
-    workdir.mkdir(parents=True, exist_ok=True)
-    storage.write_atomically(path, json.dumps(record, indent=2))
-
-
-def record_attempt(workdir: storage.PathLike, header: dict[str, Any],
-                   attempt: dict[str, Any]) -> None:
-    """Adds an attempt to ``workdir/sweep_point.json``."""
-    record_point(workdir, header, attempt)
-
-
 def last_train_record(workdir: storage.PathLike) -> dict[str, Any] | None:
     """The last training log line of ``metrics.jsonl`` (step, loss, tokens/s, steps/s...)."""
-    train = read_metrics(workdir).get("train", {})
+    train = read_metrics(workdir).get(metric_keys.TRAIN, {})
     return train[max(train)] if train else None
 
 
@@ -168,7 +113,8 @@ def read_metric_records(workdir: str | os.PathLike) -> list[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut short by a killed run
-        if isinstance(record, dict) and "split" in record and isinstance(record.get("step"), int):
+        if isinstance(record, dict) and metric_keys.SPLIT in record and isinstance(
+                record.get(metric_keys.STEP), int):
             records.append(record)
     return records
 
@@ -178,7 +124,8 @@ def read_metrics(workdir: str | os.PathLike) -> dict[str, dict[int, dict[str, An
     run) the last line wins, and a later line adds its keys to the earlier ones."""
     out: dict[str, dict[int, dict[str, Any]]] = {}
     for record in read_metric_records(workdir):
-        out.setdefault(record["split"], {}).setdefault(int(record["step"]), {}).update(record)
+        out.setdefault(record[metric_keys.SPLIT], {}).setdefault(
+            int(record[metric_keys.STEP]), {}).update(record)
     return out
 
 

@@ -7,13 +7,15 @@ Reads the sweep's root (``sweep.json`` from ``python -m transformer_jax.sweep``;
 every subdirectory holding a run) and writes to ``--out`` (default: the root):
 
 * ``results.csv`` -- one row per run (its setting and seed): config, parameters, steps, wall
-  and CPU time, tokens/s, final validation loss and perplexity, validation BLEU (the last
-  logged), test BLEU, the code it was trained with, and the paper's Table 3 PPL, BLEU and
-  parameters for its variant;
+  and CPU time, its figures (:mod:`transformer_jax.sweeps.report_metrics`: tokens/s, final
+  validation loss and perplexity, validation BLEU (the last logged), test BLEU...), the
+  code it was trained with, and the paper's Table 3 PPL, BLEU and parameters for its
+  variant;
 * ``results.md`` -- the settings (runs that differ only in their seed): mean ± standard
-  deviation and n of validation perplexity, validation BLEU and test BLEU; each setting's
-  test BLEU against the baseline's by sacreBLEU's paired bootstrap resampling, marked
-  significant or not at p < 0.05; then every run, and where and with what code they ran;
+  deviation and n of the summarised figures (validation perplexity, validation BLEU, test
+  BLEU...) and the setting with the best mean of each; each setting's test BLEU against
+  the baseline's by sacreBLEU's paired bootstrap resampling, marked significant or not at
+  p < 0.05; then every run, and where and with what code they ran;
 * ``loss_curves.png`` -- every run's training loss against the step, one colour a setting;
 * ``dev_vs_<parameter>.png`` -- validation perplexity and BLEU against the swept value: each
   setting's mean with a ±1 std error bar, every seed's own point, and the paper's.
@@ -34,31 +36,27 @@ import ml_collections
 
 from transformer_jax import paper
 from transformer_jax.errors import UserError
-from transformer_jax.io import layout, provenance, storage
-from transformer_jax.io.workdirs import point_status, read_json, read_metrics
+from transformer_jax.io import layout, metric_keys, provenance, storage
+from transformer_jax.io.workdirs import read_json, read_metrics
+from transformer_jax.sweeps import report_metrics
 from transformer_jax.sweeps.plots import plot_against_value, plot_losses
+from transformer_jax.sweeps.status import point_status
 
 # The config fields of the paper's Table 3, as (column, section, field).
 CONFIG_COLUMNS = (("N", "model", "num_layers"), ("d_model", "model", "d_model"),
                   ("d_ff", "model", "d_ff"), ("h", "model", "num_heads"), ("d_k", "model", "d_k"),
                   ("d_v", "model", "d_v"), ("P_drop", "model", "dropout_rate"),
                   ("eps_ls", "train", "label_smoothing"), ("positions", "model", "positions"))
-COLUMNS = ("point", "setting", "seed", "variant", "value",
-           *(c for c, _, _ in CONFIG_COLUMNS), "status", "params", "steps", "num_steps",
-           "wall_s", "cpu_s", "tokens_per_s", "dev_loss", "dev_ppl", "dev_bleu", "test_bleu",
-           "bleu_sentences", "paper_ppl", "paper_bleu", "paper_params_m", "scale", "code",
-           "machine", "started")
-# Figures summarised over the seeds of a setting: (column, heading, digits).
-SUMMARISED = (("dev_ppl", "dev PPL", 2), ("dev_bleu", "dev BLEU", 1),
-              ("test_bleu", "test BLEU", 1))
 SIGNIFICANCE_LEVEL = 0.05
 
 
-def _last(records: dict[int, dict[str, Any]], key: str) -> Any:
-    for step in sorted(records, reverse=True):
-        if key in records[step]:
-            return records[step][key]
-    return None
+def columns() -> tuple[str, ...]:
+    """The columns of results.csv: the run, its config, its figures (report_metrics), the
+    paper's and where it ran."""
+    return ("point", "setting", "seed", "variant", "value",
+            *(c for c, _, _ in CONFIG_COLUMNS), "status", "params", "steps", "num_steps",
+            "wall_s", "cpu_s", *report_metrics.METRICS, "bleu_sentences", "paper_ppl",
+            "paper_bleu", "paper_params_m", "scale", "code", "machine", "started")
 
 
 def count_params(config: dict[str, Any], workdir: storage.Path) -> int | None:
@@ -92,7 +90,7 @@ def _points(root: storage.Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def collect(root: storage.PathLike) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(the sweep's definition, one row per point with the COLUMNS and its curves)."""
+    """(the sweep's definition, one row per point with the columns() and its curves)."""
     root = storage.path(root)
     if not root.is_dir():
         raise UserError(f"{root}: no such directory")
@@ -110,20 +108,18 @@ def _row(workdir: storage.Path, point: dict[str, Any],
     config = point.get("config") or read_json(workdir / layout.CONFIG) or {}
     num_steps = config.get("train", {}).get("num_steps")
     metrics = read_metrics(workdir)
-    train, evals = metrics.get("train", {}), metrics.get("eval", {})
+    train = metrics.get(metric_keys.TRAIN, {})
     final = read_json(workdir / layout.FINAL_METRICS) or {}
     record = read_json(workdir / layout.SWEEP_POINT) or {}
     attempts = [a for a in record.get("attempts", []) if "wall_s" in a]
     status = point_status(workdir, num_steps) if num_steps else point_status(workdir, -1)
-    ppl = final.get("perplexity") if status.kind == "finished" else None
-    # Tokens/s of the log windows after the first, which includes compilation.
-    speeds = [train[s]["tokens_per_s"] for s in sorted(train) if "tokens_per_s" in train[s]]
-    speeds = speeds[1:] or speeds
+    finished = status.kind == "finished"
+    run = report_metrics.Run(finished, final, train, metrics.get(metric_keys.EVAL, {}),
+                             _translations(workdir, final) if finished else None)
     scores = paper.TABLE3.get(point["variant"])
     # Counted for points that started (tracing a model takes seconds).
     n_params = count_params(config, workdir) if config.get("model") and workdir.exists() \
         else None
-    final_ok = status.kind == "finished"
     runs = provenance.read(workdir)
     return {
         "point": point["name"], "setting": point.get("setting") or point["name"],
@@ -135,12 +131,8 @@ def _row(workdir: storage.Path, point: dict[str, Any],
         "steps": max(train, default=None), "num_steps": num_steps,
         "wall_s": round(sum(a["wall_s"] for a in attempts), 1) if attempts else None,
         "cpu_s": round(sum(a.get("cpu_s", 0.0) for a in attempts), 1) if attempts else None,
-        "tokens_per_s": sum(speeds) / len(speeds) if speeds else None,
-        "dev_loss": final.get("loss") if ppl else _last(evals, "loss"),
-        "dev_ppl": ppl if ppl else _last(evals, "perplexity"),
-        "dev_bleu": _last(evals, "bleu"),
-        "test_bleu": final.get("test_bleu"),
-        "bleu_sentences": final.get("bleu_sentences"),
+        **{m.name: m.compute(run) for m in report_metrics.METRICS.values()},
+        "bleu_sentences": final.get(metric_keys.BLEU_SENTENCES),
         "paper_ppl": scores[0] if scores else None,
         "paper_bleu": scores[1] if scores else None,
         "paper_params_m": scores[2] if scores else None,
@@ -149,10 +141,11 @@ def _row(workdir: storage.Path, point: dict[str, Any],
         "machine": attempts[-1].get("machine", "") if attempts else "",
         "started": attempts[0]["started"] if attempts else "",
         "attempts": attempts,
-        "curve": [(s, train[s]["loss"]) for s in sorted(train) if "loss" in train[s]],
+        "curve": [(s, train[s][metric_keys.LOSS]) for s in sorted(train)
+                  if metric_keys.LOSS in train[s]],
         "provenance": [provenance.fingerprint(r) for r in runs],
         "code": ", ".join(dict.fromkeys(f["code"] for f in map(provenance.fingerprint, runs))),
-        "translations": _translations(workdir, final) if final_ok else None,
+        "translations": run.translations,
     }
 
 
@@ -160,8 +153,10 @@ def _translations(workdir: storage.Path, final: dict[str, Any]
                   ) -> tuple[list[str], list[str]] | None:
     """(hypotheses, references) of the test split written at the end of training."""
     try:
-        hyps = (workdir / final["test_hypotheses"]).read_text(encoding="utf-8").splitlines()
-        refs = (workdir / final["test_references"]).read_text(encoding="utf-8").splitlines()
+        hyps = (workdir / final[metric_keys.TEST_HYPOTHESES]).read_text(
+            encoding="utf-8").splitlines()
+        refs = (workdir / final[metric_keys.TEST_REFERENCES]).read_text(
+            encoding="utf-8").splitlines()
     except (KeyError, TypeError, OSError):
         return None
     return (hyps, refs) if len(hyps) == len(refs) else None
@@ -194,8 +189,8 @@ def mean_std(values: Sequence[float]) -> tuple[float, float | None, int] | None:
 
 def settings(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs grouped by setting (runs that differ only in their seed), in order of first
-    appearance: each with its runs, and mean, std and n of SUMMARISED over its finished
-    runs."""
+    appearance: each with its runs, and mean, std and n of each summarised metric
+    (report_metrics) over its finished runs."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(row["setting"], []).append(row)
@@ -205,8 +200,8 @@ def settings(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         entry = {"setting": name, "runs": runs, "n": len(done), **{
             k: runs[0].get(k) for k in ("value", "variant", "paper_ppl", "paper_bleu",
                                         "paper_params_m", "N", "d_model", "d_ff", "h", "d_k")}}
-        for key, _, _ in SUMMARISED:
-            entry[key] = mean_std([r[key] for r in done if r[key] is not None])
+        for m in report_metrics.summarised():
+            entry[m.name] = mean_std([r[m.name] for r in done if r[m.name] is not None])
         out.append(entry)
     return out
 
@@ -294,8 +289,9 @@ def code_differences(rows: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def write_csv(rows: Sequence[dict[str, Any]], path: storage.Path) -> None:
-    storage.write_csv(path, COLUMNS, ({k: "" if row.get(k) is None else row[k]
-                                       for k in COLUMNS} for row in rows))
+    names = columns()
+    storage.write_csv(path, names, ({k: "" if row.get(k) is None else row[k] for k in names}
+                                    for row in rows))
 
 
 def _number(value: Any, digits: int) -> str:
@@ -370,7 +366,8 @@ def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
               + f"Test BLEU against the baseline **{baseline['setting']}** by paired bootstrap "
               f"resampling (sacreBLEU, 1,000 resamples): significant when p < "
               f"{SIGNIFICANCE_LEVEL}.", ""]
-    header = ["setting", parameter, "model", "n", *(h for _, h, _ in SUMMARISED),
+    summarised = report_metrics.summarised()
+    header = ["setting", parameter, "model", "n", *(m.heading for m in summarised),
               "Δ test BLEU", "p", "significant", "paper PPL", "paper BLEU"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for e in sets:
@@ -386,25 +383,41 @@ def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
             delta, p, verdict = "-", "-", t.get("note", "-")
         n = f"{e['n']}" + (f" of {len(e['runs'])}" if e["n"] != len(e["runs"]) else "")
         cells = [e["setting"], str(e["value"]), _model(e), n,
-                 *(_spread(e[k], d) for k, _, d in SUMMARISED), delta, p, verdict,
+                 *(_spread(e[m.name], m.digits) for m in summarised), delta, p, verdict,
                  _number(e["paper_ppl"], 2), _number(e["paper_bleu"], 1)]
         lines.append("| " + " | ".join(cells) + " |")
 
+    lines += _best(sets, summarised)
+
     lines += ["", "## Runs", ""]
-    header = ["point", "seed", "status", "params", "steps", "wall time", "tokens/s",
-              "dev PPL", "dev BLEU", "test BLEU", "code", "paper params"]
+    shown = report_metrics.in_runs()
+    header = ["point", "seed", "status", "params", "steps", "wall time",
+              *(m.heading for m in shown), "code", "paper params"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in rows:
         steps = "-" if r["steps"] is None else f"{r['steps']:,}"
         cells = [r["point"], "-" if r["seed"] is None else str(r["seed"]), r["status"],
                  _params(r["params"]), steps, _duration(r["wall_s"]),
-                 _number(r["tokens_per_s"], 0), _number(r["dev_ppl"], 2),
-                 _number(r["dev_bleu"], 1), _number(r["test_bleu"], 1), r["code"] or "-",
+                 *(_number(r[m.name], m.digits) for m in shown), r["code"] or "-",
                  _params(r["paper_params_m"], millions=True)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Code and versions", "", *code_differences(rows), ""]
     lines += ["## Notes", "", *_notes(rows, replicated)]
     return "\n".join(lines) + "\n"
+
+
+def _best(sets: Sequence[dict[str, Any]],
+          metrics: Sequence[report_metrics.Metric]) -> list[str]:
+    """A line naming, for each metric, the settings with the best mean (the highest or the
+    lowest, as the metric says) when more than one setting has one."""
+    best = []
+    for m in metrics:
+        means = {e["setting"]: e[m.name][0] for e in sets if e[m.name]}
+        if len(means) > 1:
+            value = (max if m.higher_is_better else min)(means.values())
+            names = ", ".join(name for name, mean in means.items() if mean == value)
+            best.append(f"{m.heading} {names} ({_number(value, m.digits)})")
+    return ["", "Best mean: " + "; ".join(best) + "."] if best else []
 
 
 def _model(row: dict[str, Any]) -> str:

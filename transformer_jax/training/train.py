@@ -28,7 +28,7 @@ from transformer_jax.config import resume
 from transformer_jax.data import pipeline, sources, tokenizer as tokenizer_lib
 from transformer_jax.decoding import decode
 from transformer_jax.evaluation import evaluate
-from transformer_jax.io import checkpoints, layout, provenance, storage, workdirs
+from transformer_jax.io import checkpoints, layout, metric_keys, provenance, storage, workdirs
 from transformer_jax.io.logs import MetricWriter
 from transformer_jax.model import params as params_lib
 from transformer_jax.model.losses import batch_sums, label_smoothed_cross_entropy, model_inputs
@@ -304,8 +304,8 @@ class Run:
                     scores = _validation_bleu(
                         self.config, self.model_config, self.executor.params(self.state),
                         self.tokenizer, self.eval_source)
-                    self.dev_bleu = scores["bleu"]
-                    self.writer.write("eval", self.step // self.accum, scores)
+                    self.dev_bleu = scores[metric_keys.BLEU]
+                    self.writer.write(metric_keys.EVAL, self.step // self.accum, scores)
                 if self._checkpoint_due():
                     self._save()
         except Exception:
@@ -355,9 +355,9 @@ class Run:
     def _log_train(self) -> None:
         self._fetch_metrics()
         scalars = self.window.summarise(self.step, self.accum, self.mfu)
-        scalars["skipped_long_pairs"] = self.data.length_filter.skipped
-        scalars["nonfinite_steps"] = self.nonfinite.total
-        self.writer.write("train", self.step // self.accum, scalars)
+        scalars[metric_keys.SKIPPED_LONG_PAIRS] = self.data.length_filter.skipped
+        scalars[metric_keys.NONFINITE_STEPS] = self.nonfinite.total
+        self.writer.write(metric_keys.TRAIN, self.step // self.accum, scalars)
 
     def _evaluate(self) -> None:
         batches = pipeline.eval_batches(self.eval_source, self.tokenizer,
@@ -367,7 +367,7 @@ class Run:
         self.final = evaluate.loss_over_batches(
             functools.partial(self.executor.evaluate, self.state),
             (pipeline.process_rows(b, jax.process_index(), jax.process_count()) for b in batches))
-        self.writer.write("eval", self.step // self.accum, self.final)
+        self.writer.write(metric_keys.EVAL, self.step // self.accum, self.final)
 
     def _save(self) -> None:
         """A checkpoint of this step (once), with the data position and the counts."""
@@ -393,13 +393,13 @@ class Run:
         pictures."""
         c, step = self.config, self.total_steps // self.accum
         params, averaged = self._final_params()
-        final = {**self.final, "averaged_steps": averaged}
+        final = {**self.final, metric_keys.AVERAGED_STEPS: averaged}
         if c.train.bleu_sentences or c.train.samples:
             final.update(_final_translations(c, self.model_config, params, self.tokenizer,
                                              self.writer, step, self.workdir, self.is_chief))
         if self.is_chief:
             storage.write_atomically(self.workdir / layout.FINAL_METRICS,
-                                     json.dumps({"step": step, **final}, indent=2))
+                                     json.dumps({metric_keys.STEP: step, **final}, indent=2))
             self.writer.hparams(_hparams(c, self.workdir),
                                 {**final, "dev_bleu": self.dev_bleu}, step)
         self.close()
@@ -526,19 +526,19 @@ class _LogWindow:
         elapsed = max(time.time() - self.time, 1e-9)
         tokens = max(total["tokens"], 1.0)
         scalars = {
-            "learning_rate": self.fetched[-1]["learning_rate"],
-            "tokens_per_s": total["tokens"] / elapsed,
-            "source_tokens_per_s": total["source_tokens"] / elapsed,
-            "steps_per_s": (step - self.step) / accum / elapsed,
-            "padding_fraction": float(np.mean(self.padding)),
+            metric_keys.LEARNING_RATE: self.fetched[-1]["learning_rate"],
+            metric_keys.TOKENS_PER_S: total["tokens"] / elapsed,
+            metric_keys.SOURCE_TOKENS_PER_S: total["source_tokens"] / elapsed,
+            metric_keys.STEPS_PER_S: (step - self.step) / accum / elapsed,
+            metric_keys.PADDING_FRACTION: float(np.mean(self.padding)),
         }
         utilisation = mfu(total["tokens"] / elapsed)  # may time a probe: after `elapsed`
         if utilisation is not None:
-            scalars["mfu"] = utilisation
+            scalars[metric_keys.MFU] = utilisation
         if applied:  # a window of skipped steps only has no loss to log
-            scalars.update(loss=total["loss_sum"] / tokens,
-                           perplexity=evaluate.perplexity(total["nll_sum"], tokens),
-                           grad_norm=applied[-1]["grad_norm"])
+            scalars.update({metric_keys.LOSS: total["loss_sum"] / tokens,
+                            metric_keys.PERPLEXITY: evaluate.perplexity(total["nll_sum"], tokens),
+                            metric_keys.GRAD_NORM: applied[-1]["grad_norm"]})
         self.step, self.time, self.fetched, self.padding = step, time.time(), [], []
         return scalars
 
@@ -574,7 +574,7 @@ def _validation_bleu(config: ml_collections.ConfigDict, model_config: Transforme
     pairs = [source[i] for i in range(min(config.train.bleu_sentences, len(source)))]
     hyps = evaluate.translate(params, model_config, tokenizer, [s for s, _ in pairs],
                               decode.DecodeConfig.from_config(config.decode))
-    return {"bleu": evaluate.bleu(hyps, [t for _, t in pairs])[0]}
+    return {metric_keys.BLEU: evaluate.bleu(hyps, [t for _, t in pairs])[0]}
 
 
 # The end-of-training test hypotheses and their references, one sentence a line (relative to
@@ -600,16 +600,17 @@ def _final_translations(config: ml_collections.ConfigDict, model_config: Transfo
         score, signature = evaluate.bleu(hyps, refs)
         tokenized, tokenized_signature = evaluate.tokenized_bleu(hyps, refs,
                                                                  config.data.target_lang)
-        result = {"test_bleu": score, "bleu_signature": signature,
-                  "test_bleu_tokenized": tokenized,
-                  "bleu_tokenized_signature": tokenized_signature, "bleu_sentences": n,
-                  "test_hypotheses": FINAL_HYPOTHESES, "test_references": FINAL_REFERENCES}
+        k = metric_keys
+        result = {k.TEST_BLEU: score, k.BLEU_SIGNATURE: signature,
+                  k.TEST_BLEU_TOKENIZED: tokenized,
+                  k.BLEU_TOKENIZED_SIGNATURE: tokenized_signature, k.BLEU_SENTENCES: n,
+                  k.TEST_HYPOTHESES: FINAL_HYPOTHESES, k.TEST_REFERENCES: FINAL_REFERENCES}
         if is_chief:
             (workdir / "eval").mkdir(exist_ok=True)
             for name, lines in ((FINAL_HYPOTHESES, hyps), (FINAL_REFERENCES, refs)):
                 storage.write_atomically(workdir / name, "".join(
                     line.replace("\n", " ") + "\n" for line in lines))
-        writer.write("test", step, {"bleu": score, "bleu_tokenized": tokenized})
+        writer.write(k.TEST, step, {k.BLEU: score, k.BLEU_TOKENIZED: tokenized})
         logging.info("test BLEU %.2f (tokenized, compound-split: %.2f) on %d sentences (%s, "
                      "%.1fs)  %s", score, tokenized, n,
                      evaluate.describe(dataclasses.asdict(decoding)), time.time() - start,

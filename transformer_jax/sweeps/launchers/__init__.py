@@ -1,0 +1,172 @@
+"""Launchers: how a sweep starts its points, one module a launcher, found by name.
+
+``--launcher=NAME`` is the module ``transformer_jax.sweeps.launchers.NAME``; its ``LAUNCHER``
+(a :class:`Launcher`) builds each point's command from the training arguments
+(:func:`transformer_jax.sweeps.points.train_args`) and starts it. Its traits are data that
+the sweep reads instead of asking which launcher it has:
+
+* ``mode``: ``RUNS`` -- this process runs each point's command and waits for it to end
+  (local, tpu); ``SUBMITS`` -- it hands each command to a scheduler and goes on (slurm);
+  ``WRITES`` -- it only writes the commands, for someone to run, and starts and records
+  nothing (print);
+* ``parallel``: a ``RUNS`` launcher that runs ``--parallel=K`` points at once;
+* ``trains_here``: the points train on this machine, their workdirs within its reach: the
+  CPU's peak FLOP/s is measured once for every point, a new point gets the vocabulary of
+  another trained on the same data, each run's output goes to ``WORKDIR/train.log`` and
+  each attempt is recorded with its wall and CPU time; its commands name this process's
+  Python;
+* ``scheduler``: the queue a ``SUBMITS`` launcher submits to ("SLURM"), named in a point's
+  status; its :meth:`Launcher.queue_state` says whether a submitted job still waits or runs,
+  and a point whose job does is not started again.
+
+Adding one is one module here (or in a directory named by the environment variable
+``TRANSFORMER_JAX_LAUNCHERS``, several separated by ``os.pathsep``) that defines
+``LAUNCHER``; ``--launcher`` offers it by its module's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import os
+import pkgutil
+import shlex
+import subprocess
+import time
+from typing import Any
+
+import ml_collections
+
+from transformer_jax.errors import ConfigError
+from transformer_jax.io import storage, workdirs
+from transformer_jax.sweeps import records
+from transformer_jax.sweeps.experiment import Point, Sweep
+from transformer_jax.sweeps.vocab import share_vocabulary
+
+RUNS, SUBMITS, WRITES = "runs", "submits", "writes"
+# More directories of launcher modules.
+PATH_VARIABLE = "TRANSFORMER_JAX_LAUNCHERS"
+__path__ += [d for d in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if d]
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One point to start: its ``command`` (from :meth:`Launcher.command`), its workdir, its
+    config, the head of its sweep_point.json, the sweep's root, and its place among the
+    points started (``index`` of ``total``)."""
+
+    point: Point
+    workdir: storage.Path
+    command: list[str]
+    config: ml_collections.ConfigDict
+    header: dict[str, Any]
+    root: storage.Path
+    index: int = 0
+    total: int = 1
+
+
+class Launcher:
+    """A launcher's traits (see the module's docstring) and its ways: the command of a point,
+    how it is started, and the state of a submitted job. ``name`` is its module's name."""
+
+    help: str = ""  # one line for --launcher's help
+    mode: str = RUNS
+    parallel: bool = False
+    trains_here: bool = False
+    scheduler: str = ""
+
+    @property
+    def name(self) -> str:
+        return type(self).__module__.rpartition(".")[2]
+
+    def command(self, sweep: Sweep, point: Point, args: tuple[str, str, list[str]],
+                python: str = "python") -> list[str]:
+        """The command that trains one point, from its (config argument, workdir,
+        overrides): by default the training entry point itself."""
+        config, workdir, overrides = args
+        return [python, "-m", "transformer_jax.main", f"--config={config}",
+                f"--workdir={workdir}", *overrides]
+
+    def launch(self, job: Job) -> str:
+        """Starts one point; returns its outcome ("finished", "failed (exit 1)", "printed",
+        "submitted (job 12)"). A RUNS launcher runs the command here and waits; a WRITES
+        launcher writes it (:meth:`write`); a SUBMITS launcher defines its own."""
+        if self.mode == WRITES:
+            self.write(shlex.join(job.command))
+            return "printed"
+        if self.mode == RUNS:
+            return run_here(job, self.trains_here)
+        raise NotImplementedError(f"launcher {self.name} submits its points: define launch()")
+
+    def skipped(self, point: Point, status: Any) -> None:
+        """Says that a point was not started (finished, or still queued): a WRITES launcher
+        writes it as a comment."""
+        if self.mode == WRITES:
+            self.write(f"# {point.name}: {status}")
+
+    def write(self, line: str) -> None:
+        """Where a WRITES launcher writes its lines."""
+        raise NotImplementedError(f"launcher {self.name} writes its commands: define write()")
+
+    def queue_state(self, job_id: str) -> str | None:
+        """The scheduler's state of a submitted job still queued or running ("PENDING",
+        "RUNNING", ...), or None when it has left the queue (or there is no scheduler)."""
+        return None
+
+
+def names() -> list[str]:
+    """The launchers' names: the modules of this package's path."""
+    return sorted({m.name for m in pkgutil.iter_modules(__path__)
+                   if not m.name.startswith("_")})
+
+
+def get(name: str) -> Launcher:
+    """The launcher called ``name``; ConfigError naming the known ones for another name."""
+    known = names()
+    if name not in known:
+        raise ConfigError(f"--launcher={name} is not one of {', '.join(known)}")
+    module = importlib.import_module(f"{__name__}.{name}")
+    launcher = getattr(module, "LAUNCHER", None)
+    if not isinstance(launcher, Launcher):
+        raise ConfigError(f"--launcher={name}: {module.__file__} defines no LAUNCHER, an "
+                          "instance of transformer_jax.sweeps.launchers.Launcher")
+    return launcher
+
+
+def run_here(job: Job, trains_here: bool) -> str:
+    """Runs one point's command here and waits for it. When it trains here its output is
+    appended to ``WORKDIR/train.log`` (otherwise it goes to the console, the workdir being
+    on the workers' storage) and the attempt is recorded. In a bucket the output passes
+    through this process, which rewrites the log object as it grows (``storage.LineLog``)."""
+    cmd, workdir = job.command, job.workdir
+    logging.info("[%d/%d] %s: %s", job.index + 1, job.total, job.point.label, shlex.join(cmd))
+    if trains_here:
+        workdir.mkdir(parents=True, exist_ok=True)
+        share_vocabulary(job.root, workdir, job.config)
+    start, started = time.time(), workdirs.now()
+    if not trains_here:
+        proc = subprocess.Popen(cmd)
+    elif storage.is_remote(workdir):
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        with storage.LineLog(workdir / "train.log") as log:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+    else:
+        with open(workdir / "train.log", "a") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    # wait4 gives the child's CPU time as well as its exit status.
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = returncode = os.waitstatus_to_exitcode(status)
+    wall = time.time() - start
+    attempt = {"started": started, "wall_s": round(wall, 1),
+               "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "returncode": returncode,
+               "command": cmd, "machine": workdirs.machine()}
+    if trains_here:
+        records.record_attempt(workdir, job.header, attempt)
+    result = "finished" if returncode == 0 else f"failed (exit {returncode})"
+    where = f"; log: {workdir / 'train.log'}" if trains_here and returncode else ""
+    logging.info("%s: %s in %.0f s (%.0f CPU s)%s", job.point.label, result, wall,
+                 attempt["cpu_s"], where)
+    return result

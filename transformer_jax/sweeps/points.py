@@ -1,0 +1,90 @@
+"""A point's config and the arguments of its training command.
+
+The command is the ordinary ``python -m transformer_jax.main --config=CONFIG:VARIANT
+--workdir=ROOT/NAME --config.FIELD=VALUE ...``, the overrides being every field where the
+point's config differs from the config file's own; a launcher
+(:mod:`transformer_jax.sweeps.launchers`) wraps these arguments in its own command.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ml_collections
+
+from transformer_jax import config as config_lib
+from transformer_jax.errors import ConfigError, UserError
+from transformer_jax.sweeps import hyper
+from transformer_jax.sweeps.experiment import Point, Sweep, config_module
+
+
+def config_arg(point: Point, scale: str) -> str:
+    """The config file's argument for a point: ``VARIANT`` at the paper's scale,
+    ``VARIANT,dataset=builtin,scale=demo`` at the demo scale."""
+    return point.variant + ("" if scale == "paper" else f",dataset=builtin,scale={scale}")
+
+
+def point_config(sweep: Sweep, point: Point, scale: str = "paper",
+                 overrides: dict[str, Any] | None = None
+                 ) -> tuple[ml_collections.ConfigDict, ml_collections.ConfigDict]:
+    """(the point's config, the config file's own config for the point's variant).
+
+    In order: the config file's variant at the scale, end-of-run BLEU settings, the sweep's
+    overrides, the point's grid values (``seed`` setting every field of
+    config.SEED_FIELDS), then ``overrides`` (from the command line), each applied by
+    config.apply_overrides. Raises ConfigError naming the point.
+    """
+    try:
+        own = config_module(sweep.config).get_config(config_arg(point, scale))
+        c = ml_collections.ConfigDict(own.to_dict())
+        values = {k: v for k, v in point.fields.items()
+                  if k not in (hyper.VARIANT, hyper.SEED, hyper.NAME)}
+        if hyper.SEED in point.fields:
+            values.update(dict.fromkeys(config_lib.SEED_FIELDS, point.fields[hyper.SEED]))
+        layers = [config_lib.SCALES[scale].sweep, sweep.overrides,
+                  sweep.demo_overrides if scale == "demo" else {}, values, overrides or {}]
+        for layer in layers:
+            config_lib.apply_overrides(c, layer, f"point {point.name}")
+        if not any("train.bleu_every" in layer for layer in layers):
+            # Validation BLEU once, at the last step (known only now, after the overrides).
+            c.train.bleu_every = c.train.num_steps if c.train.bleu_sentences else 0
+        c.train.visualize_sentences = ()  # sweeps draw no pictures
+        config_lib.validate(c)
+    except UserError as e:
+        message = str(e) if str(e).startswith("point ") else f"point {point.name}: {e}"
+        raise ConfigError(message) from e
+    return c, own
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        value = tuple(value)
+    return repr(value) if isinstance(value, float | tuple) else str(value)
+
+
+def config_overrides(config: ml_collections.ConfigDict,
+                     own: ml_collections.ConfigDict) -> list[str]:
+    """``--config.FIELD=VALUE`` for every field where ``config`` differs from ``own``."""
+    mine, theirs = _flatten(config.to_dict()), _flatten(own.to_dict())
+    return [f"--config.{k}={_format(v)}" for k, v in mine.items()
+            if k not in theirs or _format(theirs[k]) != _format(v)]
+
+
+def train_args(sweep: Sweep, point: Point, scale: str, config: ml_collections.ConfigDict,
+               own: ml_collections.ConfigDict, root: str) -> tuple[str, str, list[str]]:
+    """(config argument, workdir, overrides) of the point's training command."""
+    return (f"{sweep.config}:{config_arg(point, scale)}", os.path.join(root, point.name),
+            config_overrides(config, own))
