@@ -5,7 +5,7 @@
 
 What is measured: self-attention over one unpadded sequence of n tokens (batch 1, 8 heads of
 d_k = d_v = 64, the base model's heads; not causal, as in the encoder), for n = 512, 1,024,
-..., 16,384, by each kernel of ``transformer_jax.model.attention``: ``dense`` (the paper's),
+..., 16,384, by each kernel of ``transformer_jax/model/kernels/``: ``dense`` (the paper's),
 ``blockwise`` (tiles of --block-size) and ``local`` (r = --window). Two passes: ``forward``
 (the outputs) and ``backward`` (forward + backward: the gradients of sum(outputs * c) with
 respect to q, k and v, c a fixed random cotangent).
@@ -73,7 +73,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from transformer_jax.analysis import attention_cost  # noqa: E402
-from transformer_jax.model import attention  # noqa: E402
+from transformer_jax.model import attention, masks  # noqa: E402
+from transformer_jax.model.kernels import blockwise  # noqa: E402
 
 KINDS = ("dense", "blockwise", "local")
 PASSES = ("forward", "backward")
@@ -277,14 +278,14 @@ def packed_segments(n: int, rows: int, seed: int = 0) -> np.ndarray:
 @contextlib.contextmanager
 def every_tile_live(on: bool):
     """While on, the blockwise kernel computes every tile: its tile decision says "live"."""
-    decide = attention._live_tiles
+    decide = blockwise._live_tiles
     if on:
-        attention._live_tiles = lambda q_seg, kv_seg, q_pos, causal, bq, bk: jnp.ones(
+        blockwise._live_tiles = lambda q_seg, kv_seg, q_pos, causal, bq, bk: jnp.ones(
             (q_seg.shape[1] // bq, kv_seg.shape[1] // bk), bool)
     try:
         yield
     finally:
-        attention._live_tiles = decide
+        blockwise._live_tiles = decide
 
 
 def run_packed_case(kind: str, n: int, causal: bool, tile: int, reps: int) -> dict:
@@ -313,8 +314,8 @@ def run_packed_case(kind: str, n: int, causal: bool, tile: int, reps: int) -> di
         times.append(time.perf_counter() - start)
     live = None if kind == "dense" else 1.0
     if kind == "blockwise":  # the kernel's own decision, on its segment ids padded to tiles
-        padded = attention._pad_axis1(segments, 0, -n % tile)
-        live = float(np.mean(attention._live_tiles(
+        padded = masks.pad_axis1(segments, 0, -n % tile)
+        live = float(np.mean(blockwise._live_tiles(
             padded, padded, jnp.arange(padded.shape[1], dtype=jnp.int32), causal, tile, tile)))
     return {"kind": kind, "n": n, "rows": rows, "causal": causal,
             "tile": None if kind == "dense" else tile, "time_s": min(times),
