@@ -1,12 +1,13 @@
-"""The quadratic bill: time and memory of dense, blockwise and local attention against n.
+"""The quadratic bill: time and memory of each attention kernel against n.
 
     python experiments/benchmarks/attention_scaling.py            # n = 512 .. 16,384
     python experiments/benchmarks/attention_scaling.py --quick    # n = 512 .. 2,048, one call
 
 What is measured: self-attention over one unpadded sequence of n tokens (batch 1, 8 heads of
 d_k = d_v = 64, the base model's heads; not causal, as in the encoder), for n = 512, 1,024,
-..., 16,384, by each kernel of ``transformer_jax/model/kernels/``: ``dense`` (the paper's),
-``blockwise`` (tiles of --block-size) and ``local`` (r = --window). Two passes: ``forward``
+..., 16,384, by each kernel of ``transformer_jax/model/kernels/`` whose own implementation
+runs on this machine (:func:`kinds`; on a CPU: ``dense``, the paper's, ``blockwise``, tiles of
+--block-size, and ``local``, r = --window; cuDNN's needs a GPU). Two passes: ``forward``
 (the outputs) and ``backward`` (forward + backward: the gradients of sum(outputs * c) with
 respect to q, k and v, c a fixed random cotangent).
 
@@ -73,10 +74,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from transformer_jax.analysis import attention_cost  # noqa: E402
-from transformer_jax.model import attention, masks  # noqa: E402
+from transformer_jax.model import attention, kernels, masks  # noqa: E402
 from transformer_jax.model.kernels import blockwise  # noqa: E402
 
-KINDS = ("dense", "blockwise", "local")
 PASSES = ("forward", "backward")
 FULL_LENGTHS = tuple(2 ** i for i in range(9, 15))  # 512 .. 16,384
 QUICK_LENGTHS = (512, 1024, 2048)
@@ -222,6 +222,11 @@ def spawn(kind: str, n: int, pass_: str, args: argparse.Namespace, max_bytes: in
     why = (f"killed by signal {-done.returncode} (out of memory?)" if done.returncode < 0
            else (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1])
     return {**failed, "error": why[:300]}
+
+
+def kinds() -> tuple[str, ...]:
+    """The registered kernels whose own implementation runs here (none stands in for it)."""
+    return tuple(name for name in kernels.names() if not kernels.get(name).unavailable())
 
 
 def find(rows: list[dict], kind: str, n: int, pass_: str) -> dict:
@@ -397,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{'peak (measured)':>16}")
     rows = []
     for n in lengths:
-        for kind in KINDS:
+        for kind in kinds():
             for pass_ in PASSES:
                 row = spawn(kind, n, pass_, args, max_bytes)
                 rows.append(row)
@@ -419,7 +424,7 @@ def main(argv: list[str] | None = None) -> None:
     largest = lengths[-1]
     headline = dict(benchmark="attention_scaling", backend=backend, heads=HEADS, d_k=D_K,
                     block_size=args.block_size, window=args.window, largest_n=largest, **verdict)
-    for kind in KINDS:
+    for kind in kinds():
         row = find(rows, kind, largest, "backward")
         headline[f"{kind}_backward_peak_bytes_at_largest_n"] = attention_cost.case_peak(row)
         headline[f"{kind}_backward_time_s_at_largest_n"] = _round(row["time_s"])
