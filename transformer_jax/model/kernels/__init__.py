@@ -55,8 +55,8 @@ class Traits:
     returns_weights: bool
     # It applies dropout to the attention weights (model.attention_dropout_rate > 0).
     supports_dropout: bool
-    # It keeps the sentences of a packed row apart by their segment ids (data.packing); a
-    # kernel without masks padding (segment 0) only.
+    # It keeps the sentences of a packed row apart by their segment ids (data.packing);
+    # without, it tells only padding (segment 0) from the rest, and rows must not be packed.
     segment_ids: bool
     # It needs d_k == d_v.
     needs_equal_head_dims: bool = False
