@@ -12,11 +12,13 @@ reason (what this device cannot do is never reported as passed):
   big in bfloat16, on synthetic batches (train_throughput.py's measurement; MFU is
   train.MfuMeter's, against the data-sheet bf16 peak of hardware.py, or on a CPU a matmul
   probe);
-* attention_kernels -- the dense, blockwise and cuDNN kernels (transformer_jax/attention.py)
-  agree on this device: outputs and the gradients of q, k and v of causal attention over two
-  packed sentences a row, each kernel in bfloat16 against the dense kernel in float32 at the
-  highest matmul precision, within OUTPUT_TOLERANCE and GRADIENT_TOLERANCE of the largest
-  reference value; the blockwise kernel in float32 too, within FLOAT32_TOLERANCE;
+* attention_kernels -- the exact kernels (those of transformer_jax/model/kernels/ with the
+  ``exact`` trait) agree on this device: outputs and the gradients of q, k and v of causal
+  attention over two packed sentences a row, each kernel in bfloat16 against the dense kernel
+  in float32 at the highest matmul precision, within OUTPUT_TOLERANCE and GRADIENT_TOLERANCE
+  of the largest reference value; the blockwise kernel in float32 too, within
+  FLOAT32_TOLERANCE; a kernel whose own implementation cannot run here (its
+  ``unavailable()``: cuDNN off an NVIDIA GPU) is skipped with the reason;
 * decode_speed -- cached greedy and beam-4 decoding of the base model (random weights) at the
   base shape: 8 sentences of 32 source tokens, 63 output tokens each (decode_speed.py's
   measurement);
@@ -52,7 +54,7 @@ from experiments.benchmarks import decode_speed, train_throughput  # noqa: E402
 from transformer_jax import config as config_lib, paper  # noqa: E402
 from transformer_jax.decoding import decode  # noqa: E402
 from transformer_jax.evaluation import evaluate  # noqa: E402
-from transformer_jax.model import attention  # noqa: E402
+from transformer_jax.model import attention, kernels as kernel_registry  # noqa: E402
 from transformer_jax.model.transformer import TransformerConfig  # noqa: E402
 from transformer_jax.training import hardware, train  # noqa: E402
 
@@ -81,18 +83,6 @@ def bf16_missing() -> str | None:
         jax.block_until_ready(jax.jit(lambda a: a @ a)(x))
     except Exception as e:  # noqa: BLE001 -- whatever the backend raises for an unsupported type
         return f"bfloat16 does not compute on {jax.devices()[0].device_kind}: {first_line(e)}"
-    return None
-
-
-def cudnn_missing() -> str | None:
-    """Why cuDNN's fused attention cannot run here, or None if it can."""
-    device = jax.devices()[0]
-    if device.platform != "gpu":
-        return f"cuDNN fused attention needs an NVIDIA GPU; this device is {device.platform}"
-    capability = getattr(device, "compute_capability", None)
-    if capability is not None and float(capability) < 8.0:
-        return (f"cuDNN fused attention needs compute capability >= 8.0; {device.device_kind} "
-                f"has {capability}")
     return None
 
 
@@ -180,12 +170,13 @@ def kernels(tiny: bool) -> dict[str, Any]:
     results["blockwise_float32"] = {
         "status": "passed" if max(out_err, grad_err) <= FLOAT32_TOLERANCE else "failed",
         "output_error": out_err, "gradient_error": grad_err}
-    no_bf16, no_cudnn = bf16_missing(), cudnn_missing()
+    no_bf16 = bf16_missing()
     bf = [jnp.asarray(x, jnp.bfloat16) for x in (q, k, v)]
-    for kernel in ("dense", "blockwise", "cudnn"):
+    for kernel in kernel_registry.having("exact"):
         key = f"{kernel}_bfloat16"
-        if no_bf16 or (kernel == "cudnn" and no_cudnn):
-            results[key] = skipped(no_bf16 or no_cudnn)
+        missing = no_bf16 or kernel_registry.get(kernel).unavailable()
+        if missing:
+            results[key] = skipped(missing)
             continue
         try:
             out_err, grad_err = _error(_attention_and_grads(kernel, *bf, seg, ct, block),

@@ -1,12 +1,13 @@
-"""The quadratic bill: time and memory of dense, blockwise and local attention against n.
+"""The quadratic bill: time and memory of each attention kernel against n.
 
     python experiments/benchmarks/attention_scaling.py            # n = 512 .. 16,384
     python experiments/benchmarks/attention_scaling.py --quick    # n = 512 .. 2,048, one call
 
 What is measured: self-attention over one unpadded sequence of n tokens (batch 1, 8 heads of
 d_k = d_v = 64, the base model's heads; not causal, as in the encoder), for n = 512, 1,024,
-..., 16,384, by each kernel of ``transformer_jax.model.attention``: ``dense`` (the paper's),
-``blockwise`` (tiles of --block-size) and ``local`` (r = --window). Two passes: ``forward``
+..., 16,384, by each kernel of ``transformer_jax/model/kernels/`` whose own implementation
+runs on this machine (:func:`kinds`; on a CPU: ``dense``, the paper's, ``blockwise``, tiles of
+--block-size, and ``local``, r = --window; cuDNN's needs a GPU). Two passes: ``forward``
 (the outputs) and ``backward`` (forward + backward: the gradients of sum(outputs * c) with
 respect to q, k and v, c a fixed random cotangent).
 
@@ -73,9 +74,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from transformer_jax.analysis import attention_cost  # noqa: E402
-from transformer_jax.model import attention  # noqa: E402
+from transformer_jax.model import attention, kernels, masks  # noqa: E402
+from transformer_jax.model.kernels import blockwise  # noqa: E402
 
-KINDS = ("dense", "blockwise", "local")
 PASSES = ("forward", "backward")
 FULL_LENGTHS = tuple(2 ** i for i in range(9, 15))  # 512 .. 16,384
 QUICK_LENGTHS = (512, 1024, 2048)
@@ -223,6 +224,11 @@ def spawn(kind: str, n: int, pass_: str, args: argparse.Namespace, max_bytes: in
     return {**failed, "error": why[:300]}
 
 
+def kinds() -> tuple[str, ...]:
+    """The registered kernels whose own implementation runs here (none stands in for it)."""
+    return tuple(name for name in kernels.names() if not kernels.get(name).unavailable())
+
+
 def find(rows: list[dict], kind: str, n: int, pass_: str) -> dict:
     return next(r for r in rows if (r["kind"], r["n"], r["pass"]) == (kind, n, pass_))
 
@@ -277,14 +283,14 @@ def packed_segments(n: int, rows: int, seed: int = 0) -> np.ndarray:
 @contextlib.contextmanager
 def every_tile_live(on: bool):
     """While on, the blockwise kernel computes every tile: its tile decision says "live"."""
-    decide = attention._live_tiles
+    decide = blockwise._live_tiles
     if on:
-        attention._live_tiles = lambda q_seg, kv_seg, q_pos, causal, bq, bk: jnp.ones(
+        blockwise._live_tiles = lambda q_seg, kv_seg, q_pos, causal, bq, bk: jnp.ones(
             (q_seg.shape[1] // bq, kv_seg.shape[1] // bk), bool)
     try:
         yield
     finally:
-        attention._live_tiles = decide
+        blockwise._live_tiles = decide
 
 
 def run_packed_case(kind: str, n: int, causal: bool, tile: int, reps: int) -> dict:
@@ -313,8 +319,8 @@ def run_packed_case(kind: str, n: int, causal: bool, tile: int, reps: int) -> di
         times.append(time.perf_counter() - start)
     live = None if kind == "dense" else 1.0
     if kind == "blockwise":  # the kernel's own decision, on its segment ids padded to tiles
-        padded = attention._pad_axis1(segments, 0, -n % tile)
-        live = float(np.mean(attention._live_tiles(
+        padded = masks.pad_axis1(segments, 0, -n % tile)
+        live = float(np.mean(blockwise._live_tiles(
             padded, padded, jnp.arange(padded.shape[1], dtype=jnp.int32), causal, tile, tile)))
     return {"kind": kind, "n": n, "rows": rows, "causal": causal,
             "tile": None if kind == "dense" else tile, "time_s": min(times),
@@ -396,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
           f"{'peak (measured)':>16}")
     rows = []
     for n in lengths:
-        for kind in KINDS:
+        for kind in kinds():
             for pass_ in PASSES:
                 row = spawn(kind, n, pass_, args, max_bytes)
                 rows.append(row)
@@ -418,7 +424,7 @@ def main(argv: list[str] | None = None) -> None:
     largest = lengths[-1]
     headline = dict(benchmark="attention_scaling", backend=backend, heads=HEADS, d_k=D_K,
                     block_size=args.block_size, window=args.window, largest_n=largest, **verdict)
-    for kind in KINDS:
+    for kind in kinds():
         row = find(rows, kind, largest, "backward")
         headline[f"{kind}_backward_peak_bytes_at_largest_n"] = attention_cost.case_peak(row)
         headline[f"{kind}_backward_time_s_at_largest_n"] = _round(row["time_s"])

@@ -123,7 +123,7 @@ def test_command_line_errors_are_one_line(args, message):
 def test_attention_kernels_are_switches_on_the_base_model():
     m = config_lib.build("base").model
     assert (m.attention, m.num_kv_heads) == ("dense", 0)  # the paper's
-    assert config_lib.CHOICES["model.attention"] == ("dense", "blockwise", "local", "cudnn")
+    assert config_lib.CHOICES["model.attention"] == ("dense", "blockwise", "cudnn", "local")
     for kernel in config_lib.CHOICES["model.attention"]:
         c = config_lib.build("base")
         c.model.update(attention=kernel, num_kv_heads=2, block_size=128, local_window=32)
@@ -131,13 +131,15 @@ def test_attention_kernels_are_switches_on_the_base_model():
 
 
 @pytest.mark.parametrize("changes,message", [
-    (dict(attention="flash"), "model.attention='flash' is not one of dense, blockwise, local"),
+    (dict(attention="flash"), "model.attention='flash' is not one of dense, blockwise, cudnn, "
+     "local$"),
     (dict(block_size=0), "model.block_size=0 must be an integer >= 1"),
     (dict(local_window=0), "model.local_window=0 must be an integer >= 1"),
     (dict(num_kv_heads=3), "model.num_kv_heads=3 must divide model.num_heads=8"),
     (dict(num_kv_heads=-1), "model.num_kv_heads=-1 must be an integer >= 0"),
     (dict(attention="blockwise", attention_dropout_rate=0.1),
-     "model.attention_dropout_rate=0.1 needs model.attention='dense'"),
+     r"model.attention_dropout_rate=0.1 needs a kernel that supports attention dropout "
+     r"\(dense\); the 'blockwise' kernel has none$"),
     (dict(attention="cudnn", d_v=32), "model.attention='cudnn' needs d_k == d_v, got 64 and 32"),
 ])
 def test_attention_fields_are_checked(changes, message):

@@ -8,7 +8,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer_jax.model import attention
+from transformer_jax.model import attention, masks
+from transformer_jax.model.kernels.blockwise import blockwise_attention
+from transformer_jax.model.kernels.dense import dot_product_attention
+from transformer_jax.model.kernels.local import local_attention
+from transformer_jax.model.masks import make_mask
 
 Q3 = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
 V3 = [[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]
@@ -17,8 +21,7 @@ V3 = [[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]
 def attend(q, k, v, mask=None):
     """[n, d] arrays as one batch and one head."""
     as4 = lambda x: jnp.asarray(x, jnp.float32)[None, None]  # noqa: E731
-    out, weights = attention.dot_product_attention(as4(q), as4(k), as4(v), mask,
-                                                   return_weights=True)
+    out, weights = dot_product_attention(as4(q), as4(k), as4(v), mask, return_weights=True)
     return np.asarray(out[0, 0]), np.asarray(weights[0, 0])
 
 
@@ -39,7 +42,7 @@ def test_cross_attention_rows_follow_queries_not_keys(num_keys):
     q = rng.normal(size=(2, 4, 5, 8)).astype(np.float32)
     k = rng.normal(size=(2, 4, num_keys, 8)).astype(np.float32)
     v = rng.normal(size=(2, 4, num_keys, 6)).astype(np.float32)
-    out, _ = attention.dot_product_attention(q, k, v)
+    out, _ = dot_product_attention(q, k, v)
     assert out.shape == (2, 4, 5, 6)
 
 
@@ -52,7 +55,7 @@ def test_seed_example_softmax():
 
 def test_mask_padding_causal_and_segments():
     q_seg = jnp.array([[1, 1, 2, 2, 0]])
-    mask = np.asarray(attention.make_mask(q_seg, q_seg, causal=True))[0, 0]
+    mask = np.asarray(make_mask(q_seg, q_seg, causal=True))[0, 0]
     expected = np.array([
         [1, 0, 0, 0, 0],
         [1, 1, 0, 0, 0],
@@ -67,8 +70,8 @@ def test_masked_positions_get_zero_weight_and_rows_sum_to_one():
     rng = np.random.default_rng(0)
     q = rng.normal(size=(2, 3, 6, 4)).astype(np.float32)
     seg = jnp.array([[1, 1, 1, 2, 2, 0], [1, 1, 1, 1, 0, 0]])
-    mask = attention.make_mask(seg, seg, causal=True)
-    _, weights = attention.dot_product_attention(q, q, q, mask, return_weights=True)
+    mask = make_mask(seg, seg, causal=True)
+    _, weights = dot_product_attention(q, q, q, mask, return_weights=True)
     weights = np.asarray(weights)
     real = np.asarray(seg) > 0
     full_mask = np.broadcast_to(np.asarray(mask), weights.shape)
@@ -83,9 +86,8 @@ def test_grouped_query_attention_equals_repeated_heads():
     q = rng.normal(size=(1, 8, 4, 16)).astype(np.float32)
     k = rng.normal(size=(1, 2, 6, 16)).astype(np.float32)
     v = rng.normal(size=(1, 2, 6, 16)).astype(np.float32)
-    grouped, _ = attention.dot_product_attention(q, k, v)
-    full, _ = attention.dot_product_attention(q, jnp.repeat(k, 4, axis=1),
-                                              jnp.repeat(v, 4, axis=1))
+    grouped, _ = dot_product_attention(q, k, v)
+    full, _ = dot_product_attention(q, jnp.repeat(k, 4, axis=1), jnp.repeat(v, 4, axis=1))
     np.testing.assert_allclose(grouped, full, atol=1e-5)
 
 
@@ -93,8 +95,7 @@ def test_attention_dropout_zeroes_and_rescales():
     q = jnp.ones((1, 1, 1, 4))
     k = jnp.ones((1, 1, 1000, 4))
     v = jnp.ones((1, 1, 1000, 1))
-    out, _ = attention.dot_product_attention(q, k, v, dropout_rate=0.5,
-                                             dropout_rng=jax.random.key(0))
+    out, _ = dot_product_attention(q, k, v, dropout_rate=0.5, dropout_rng=jax.random.key(0))
     # Uniform weights 1/1000; half dropped, the rest doubled: the mean survives.
     assert 0.9 < float(out[0, 0, 0, 0]) < 1.1
 
@@ -121,13 +122,13 @@ def by_token(x):
 
 
 def blockwise_kernel(q_seg, kv_seg, **kwargs):
-    return lambda q, k, v: attention.blockwise_attention(  # noqa: E731
+    return lambda q, k, v: blockwise_attention(  # noqa: E731
         q, k, v, q_seg, kv_seg, **kwargs)
 
 
 def dense(q, k, v, q_seg, kv_seg, causal=False, q_offset=0, window=None):
-    mask = attention.make_mask(q_seg, kv_seg, causal=causal, q_offset=q_offset, window=window)
-    return attention.dot_product_attention(q, k, v, mask)[0]
+    mask = make_mask(q_seg, kv_seg, causal=causal, q_offset=q_offset, window=window)
+    return dot_product_attention(q, k, v, mask)[0]
 
 
 def value_and_grads(kernel, q, k, v, weights):
@@ -210,7 +211,7 @@ def test_local_equals_dense_with_a_band_mask(causal, window, block_size):
     q, k, v = qkv(5, kv_heads=4)
     # Padding queries see nothing and their outputs are never read: the loss skips them.
     weights = jax.random.normal(jax.random.key(2), (2, 4, 37, 6)) * REAL[:, None, :, None]
-    local = lambda q, k, v: attention.local_attention(  # noqa: E731
+    local = lambda q, k, v: local_attention(  # noqa: E731
         q, k, v, SEGMENTS, SEGMENTS, window=window, causal=causal, block_size=block_size)
     banded = lambda q, k, v: dense(q, k, v, SEGMENTS, SEGMENTS, causal, window=window)  # noqa: E731
     assert_same(value_and_grads(local, q, k, v, weights),
@@ -220,9 +221,9 @@ def test_local_equals_dense_with_a_band_mask(causal, window, block_size):
 def test_band_mask_seed_example():
     # r = 1: each query sees itself and its two neighbours; causal: itself and the one before.
     ones = jnp.ones((1, 4))
-    band = np.asarray(attention.make_mask(ones, ones, window=1))[0, 0]
+    band = np.asarray(make_mask(ones, ones, window=1))[0, 0]
     np.testing.assert_array_equal(band, [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1], [0, 0, 1, 1]])
-    causal = np.asarray(attention.make_mask(ones, ones, causal=True, window=1))[0, 0]
+    causal = np.asarray(make_mask(ones, ones, causal=True, window=1))[0, 0]
     np.testing.assert_array_equal(causal.sum(1), [1, 2, 2, 2])
 
 
@@ -231,7 +232,7 @@ def test_band_mask_seed_example():
 def test_local_decoding_slices_only_the_window(causal, step):
     q, k, v = qkv(6, q_len=1, kv_len=30)
     ones_q, ones_kv = jnp.ones((2, 1), jnp.int32), jnp.ones((2, 30), jnp.int32)
-    local = jax.jit(lambda i: attention.local_attention(
+    local = jax.jit(lambda i: local_attention(
         q, k, v, ones_q, ones_kv, window=4, causal=causal, q_offset=i))
     np.testing.assert_allclose(local(step), dense(q, k, v, ones_q, ones_kv, causal, step, 4),
                                atol=1e-5)
@@ -255,9 +256,9 @@ def test_local_work_grows_with_r_times_n():
 @pytest.mark.skipif(jax.default_backend() == "gpu", reason="the fallback is for non-GPU backends")
 @pytest.mark.parametrize("causal", [False, True])
 def test_cudnn_kernel_falls_back_to_xla_off_gpu_with_one_log_line(causal, caplog, monkeypatch):
-    monkeypatch.setattr(attention, "_logged", set())
+    monkeypatch.setattr(masks, "_logged", set())
     q, k, v = qkv(7, d_v=8)
-    with caplog.at_level(logging.INFO, logger="transformer_jax.model.attention"):
+    with caplog.at_level(logging.INFO, logger="transformer_jax.model.masks"):
         fused = [attention.attend("cudnn", q, k, v, SEGMENTS, SEGMENTS, causal=causal)[0]
                  for _ in range(2)]
     np.testing.assert_allclose(by_token(fused[1])[REAL],
@@ -267,22 +268,15 @@ def test_cudnn_kernel_falls_back_to_xla_off_gpu_with_one_log_line(causal, caplog
     assert len(lines) == 1 and "needs a GPU" in lines[0] and "XLA" in lines[0]
 
 
-def test_attend_names_the_known_kernels():
-    q, k, v = qkv(8)
-    with pytest.raises(ValueError, match="dense, blockwise, local, cudnn"):
-        attention.attend("flash", q, k, v, SEGMENTS, SEGMENTS)
-
-
 def test_attend_hands_a_call_for_weights_to_the_dense_kernel(caplog, monkeypatch):
-    monkeypatch.setattr(attention, "_logged", set())
+    monkeypatch.setattr(masks, "_logged", set())
     q, k, v = qkv(9, kv_heads=4)
-    with caplog.at_level(logging.INFO, logger="transformer_jax.model.attention"):
+    with caplog.at_level(logging.INFO, logger="transformer_jax.model.masks"):
         out, weights = attention.attend("local", q, k, v, SEGMENTS, SEGMENTS, window=3,
                                         return_weights=True)
     # The local kernel's band, computed densely: each real query weighs at most 7 keys.
-    band = attention.make_mask(SEGMENTS, SEGMENTS, window=3)
-    expected, expected_weights = attention.dot_product_attention(q, k, v, band,
-                                                                 return_weights=True)
+    band = make_mask(SEGMENTS, SEGMENTS, window=3)
+    expected, expected_weights = dot_product_attention(q, k, v, band, return_weights=True)
     np.testing.assert_allclose(out, expected, atol=1e-6)
     np.testing.assert_allclose(weights, expected_weights, atol=1e-6)
     assert int(np.max(np.sum(np.asarray(weights)[:, :, REAL[0]] > 0, -1))) == 7
@@ -300,6 +294,6 @@ def test_attend_applies_dropout_in_the_dense_kernel_only():
     dropped, _ = attention.attend("dense", q, k, v, SEGMENTS, SEGMENTS, dropout_rate=0.5,
                                   dropout_rng=key)
     assert not np.allclose(plain, dropped)
-    with pytest.raises(ValueError, match="needs the dense kernel; the 'blockwise' kernel"):
+    with pytest.raises(ValueError, match=r"supports it \(dense\); the 'blockwise' kernel has"):
         attention.attend("blockwise", q, k, v, SEGMENTS, SEGMENTS, dropout_rate=0.5,
                          dropout_rng=key)

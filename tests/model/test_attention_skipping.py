@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tests.model.test_attention import assert_same, dense, qkv, value_and_grads
-from transformer_jax.model import attention
+from transformer_jax.model.kernels import blockwise as kernel
+from transformer_jax.model.masks import pad_axis1
 
 # Three rows of 37 positions, packed with short sentences that straddle the tiles, padding at
 # the ends; the last row is padding alone (every query sees nothing).
@@ -20,10 +21,10 @@ PACKED = jnp.array([[1] * 5 + [2] * 9 + [3] * 3 + [4] * 11 + [0] * 9,
 def live_tiles(q_seg, kv_seg, causal, block, q_offset=0):
     """The kernel's own tile decision, as a numpy [q blocks, k blocks] array (the segment
     ids padded to whole blocks, as the kernel pads them)."""
-    q_seg = attention._pad_axis1(q_seg, 0, -q_seg.shape[1] % block)
-    kv_seg = attention._pad_axis1(kv_seg, 0, -kv_seg.shape[1] % block)
+    q_seg = pad_axis1(q_seg, 0, -q_seg.shape[1] % block)
+    kv_seg = pad_axis1(kv_seg, 0, -kv_seg.shape[1] % block)
     q_pos = jnp.arange(q_seg.shape[1], dtype=jnp.int32) + q_offset
-    return np.asarray(attention._live_tiles(q_seg, kv_seg, q_pos, causal, block, block))
+    return np.asarray(kernel._live_tiles(q_seg, kv_seg, q_pos, causal, block, block))
 
 
 def test_live_tiles_of_packed_rows():
@@ -46,7 +47,7 @@ def test_live_tiles_of_packed_rows():
 
 def test_live_tiles_follow_a_traced_query_position():
     ones_q, ones_kv = jnp.ones((1, 1), jnp.int32), jnp.ones((1, 32), jnp.int32)
-    live = jax.jit(lambda i: attention._live_tiles(
+    live = jax.jit(lambda i: kernel._live_tiles(
         ones_q, ones_kv, jnp.zeros(1, jnp.int32) + i, True, 1, 8))
     # One query at position i needs the key blocks starting at or before i.
     for i, expected in [(0, [1, 0, 0, 0]), (8, [1, 1, 0, 0]), (23, [1, 1, 1, 0]),
@@ -62,7 +63,7 @@ def test_packed_rows_equal_dense(causal, block_size):
     live = live_tiles(PACKED, PACKED, causal, block_size)
     assert live.sum() < live.size / 2  # most tiles are skipped: the case tests skipping
     weights = jax.random.normal(jax.random.key(3), (3, 4, 37, 6))
-    blockwise = lambda q, k, v: attention.blockwise_attention(  # noqa: E731
+    blockwise = lambda q, k, v: kernel.blockwise_attention(  # noqa: E731
         q, k, v, PACKED, PACKED, causal=causal, block_size=block_size)
     reference = lambda q, k, v: dense(q, k, v, PACKED, PACKED, causal)  # noqa: E731
     got = value_and_grads(blockwise, q, k, v, weights)
@@ -79,7 +80,7 @@ def test_real_queries_that_see_no_key_equal_dense():
     q_seg = jnp.array([[1] * 4 + [3] * 8, [3] * 4 + [1] * 8])
     kv_seg = jnp.array([[1] * 6 + [2] * 10 + [0] * 4, [2] * 8 + [1] * 12])
     weights = jax.random.normal(jax.random.key(4), (2, 4, 12, 6))
-    blockwise = lambda q, k, v: attention.blockwise_attention(  # noqa: E731
+    blockwise = lambda q, k, v: kernel.blockwise_attention(  # noqa: E731
         q, k, v, q_seg, kv_seg, block_size=4)
     assert_same(value_and_grads(blockwise, q, k, v, weights),
                 value_and_grads(lambda q, k, v: dense(q, k, v, q_seg, kv_seg), q, k, v, weights))
@@ -96,7 +97,7 @@ def test_a_hidden_tile_is_not_computed(causal):
     poison = jnp.arange(16)[None, None, :, None] >= 8
     k_nan, v_nan = (jnp.where(poison, jnp.nan, x) for x in (k, v))
     weights = jax.random.normal(jax.random.key(5), (2, 4, 16, 6))
-    blockwise = lambda q, k, v: attention.blockwise_attention(  # noqa: E731
+    blockwise = lambda q, k, v: kernel.blockwise_attention(  # noqa: E731
         q, k, v, seg, seg, causal=causal, block_size=8)
     out, (d_q, d_k, d_v) = value_and_grads(blockwise, q, k_nan, v_nan, weights)
     clean_out, (clean_d_q, clean_d_k, clean_d_v) = value_and_grads(blockwise, q, k, v, weights)
@@ -117,7 +118,7 @@ def test_decoding_a_packed_cache_equals_dense(step):
     q, k, v = qkv(13, q_len=1, kv_len=24)
     q_seg = jnp.array([[2], [1]])
     kv_seg = jnp.array([[1] * 10 + [2] * 14, [1] * 24])
-    blockwise = jax.jit(lambda i: attention.blockwise_attention(
+    blockwise = jax.jit(lambda i: kernel.blockwise_attention(
         q, k, v, q_seg, kv_seg, causal=True, q_offset=i, block_size=8))
     np.testing.assert_allclose(blockwise(step), dense(q, k, v, q_seg, kv_seg, True, step),
                                atol=1e-5)

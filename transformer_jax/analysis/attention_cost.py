@@ -21,7 +21,8 @@ import jax.numpy as jnp
 from transformer_jax import config as config_lib, paper
 from transformer_jax.errors import DataError, UserError
 from transformer_jax.io.storage import human_bytes
-from transformer_jax.model import attention, params
+from transformer_jax.model import masks, params
+from transformer_jax.model.kernels import dense
 from transformer_jax.model.spec import TransformerConfig
 
 BILL_LENGTHS = tuple(512 * 2 ** i for i in range(12))  # 512 .. 1,048,576
@@ -60,8 +61,8 @@ def measure_dense_attention(lengths: Sequence[int] | None = None, heads: int = 8
         seg = jax.ShapeDtypeStruct((1, n), jnp.int32)
 
         def forward(q, k, v, segment_ids):
-            mask = attention.make_mask(segment_ids, segment_ids)
-            return attention.dot_product_attention(q, k, v, mask)[0]
+            mask = masks.make_mask(segment_ids, segment_ids)
+            return dense.dot_product_attention(q, k, v, mask)[0]
 
         stats = jax.jit(forward).lower(spec, spec, spec, seg).compile().memory_analysis()
         peak = (stats.temp_size_in_bytes + stats.argument_size_in_bytes

@@ -51,7 +51,7 @@ from transformer_jax.decoding import decode
 from transformer_jax.errors import DataError, UserError
 from transformer_jax.evaluation import evaluate
 from transformer_jax.io import layout, storage
-from transformer_jax.model import attention
+from transformer_jax.model import masks
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import Transformer, sinusoidal_positions
 
@@ -190,7 +190,7 @@ def plot_causal_mask(tokens: Sequence[str]) -> Figure:
     """The decoder's mask for the given output tokens: row i may see inputs 0..i."""
     n = len(tokens)
     ones = jnp.ones((1, n), jnp.int32)
-    mask = np.asarray(attention.make_mask(ones, ones, causal=True))[0, 0]
+    mask = np.asarray(masks.make_mask(ones, ones, causal=True))[0, 0]
     size = max(3.0, 0.28 * n + 1.4)
     fig = Figure(figsize=(size, size), layout="constrained")
     ax = fig.subplots()

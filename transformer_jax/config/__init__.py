@@ -38,6 +38,7 @@ import numpy as np
 
 from transformer_jax import paper
 from transformer_jax.errors import ConfigError
+from transformer_jax.model import kernels
 from transformer_jax.model.spec import TransformerConfig, head_dims
 
 # The fields of the config's ``model`` section: every hyperparameter of TransformerConfig but
@@ -168,7 +169,7 @@ SEED_FIELDS = ("train.seed", "data.shuffle_seed")
 CHOICES: dict[str, tuple[str, ...]] = {
     "model.positions": ("sinusoidal", "learned"),
     "model.norm": ("post", "pre"),
-    "model.attention": ("dense", "blockwise", "local", "cudnn"),
+    "model.attention": kernels.names(),
     "model.dtype": ("float32", "bfloat16"),
     "model.dropout_impl": ("hash", "jax"),
     "data.name": tuple(DATASETS),
@@ -546,13 +547,18 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         raise ConfigError(f"train.average_checkpoints={c.train.average_checkpoints} exceeds "
                           f"train.keep_checkpoints={c.train.keep_checkpoints}; a run cannot "
                           "average checkpoints it does not keep")
-    if m.attention != "dense" and m.attention_dropout_rate > 0:
-        raise ConfigError(f"model.attention_dropout_rate={m.attention_dropout_rate} needs "
-                          f"model.attention='dense'; the {m.attention!r} kernel has no dropout "
-                          "on attention weights")
-    if m.attention == "cudnn" and derived_dims(m)[0] != derived_dims(m)[1]:
-        raise ConfigError(f"model.attention='cudnn' needs d_k == d_v, got "
+    kernel = kernels.get(m.attention).traits
+    if m.attention_dropout_rate > 0 and not kernel.supports_dropout:
+        raise ConfigError(f"model.attention_dropout_rate={m.attention_dropout_rate} needs a "
+                          "kernel that supports attention dropout "
+                          f"({', '.join(kernels.having('supports_dropout'))}); the "
+                          f"{m.attention!r} kernel has none")
+    if kernel.needs_equal_head_dims and derived_dims(m)[0] != derived_dims(m)[1]:
+        raise ConfigError(f"model.attention={m.attention!r} needs d_k == d_v, got "
                           f"{derived_dims(m)[0]} and {derived_dims(m)[1]}")
+    if c.data.packing and not kernel.segment_ids:
+        raise ConfigError(f"data.packing=True needs a kernel that keeps packed sentences apart; "
+                          f"model.attention={m.attention!r} does not (set data.packing=False)")
     if c.data.max_len > m.max_len:
         raise ConfigError(
             f"data.max_len={c.data.max_len} exceeds model.max_len={m.max_len}; the model "

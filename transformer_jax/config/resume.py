@@ -15,6 +15,7 @@ from transformer_jax import config as config_lib
 from transformer_jax.errors import UserError
 from transformer_jax.io import layout, storage, workdirs
 from transformer_jax.io.workdirs import now, read_config
+from transformer_jax.model import kernels
 
 # Settings that cannot change when a run resumes: every model and data field (the
 # parameters' shapes, the vocabulary, the batches and the data position saved with each
@@ -25,9 +26,6 @@ FIXED_SECTIONS = ("model", "data")
 FIXED_FIELDS = ("optim.grad_accum_steps",)
 # Model fields that compute the same numbers another way: they may change.
 FREE_MODEL_FIELDS = ("model.block_size", "model.remat")
-# Attention kernels of the same function (the paper's softmax attention over every key):
-# switching among them is allowed; "local" attends to fewer keys and is not.
-SAME_ATTENTION = ("dense", "blockwise", "cudnn")
 
 
 def workdir_config(workdir: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
@@ -97,8 +95,10 @@ def resume_conflicts(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for field, (old, value) in config_changes(saved, new).items():
         if field.split(".")[0] not in FIXED_SECTIONS and field not in FIXED_FIELDS:
             continue
+        # Kernels of the same function (the paper's softmax attention over every key, the
+        # ``exact`` trait) may replace each other; "local" attends to fewer keys and may not.
         if field in FREE_MODEL_FIELDS or (
-                field == "model.attention" and {old, value} <= set(SAME_ATTENTION)):
+                field == "model.attention" and {old, value} <= set(kernels.having("exact"))):
             continue
         out.append(f"{field}: {old!r} in the workdir, {value!r} asked")
     return out

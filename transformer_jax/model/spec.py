@@ -29,7 +29,7 @@ class TransformerConfig:
     d_k: int = 64  # d_model / h
     d_v: int = 64
     num_kv_heads: int = 0  # key/value heads; 0: one per query head (the paper's); 1: multi-query
-    # The attention kernel, a name of model.kernels.KERNELS: "dense" is the paper's.
+    # The attention kernel, a module of model/kernels/ (kernels.names()): "dense" is the paper's.
     attention: str = "dense"
     block_size: int = 256  # the blockwise kernel's tile; of 128, 256, 512 the fastest on CPU
     local_window: int = 128  # r: a query sees keys at most r positions away (causal: r before)

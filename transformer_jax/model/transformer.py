@@ -192,11 +192,11 @@ class MultiHeadAttention(nn.Module):
         dropout_rng = None
         if not cfg.deterministic and cfg.attention_dropout_rate > 0:
             dropout_rng = self.make_rng("dropout")
-        # Local attention restricts self-attention only (no window for cross-attention).
-        local = cfg.attention == "local" and self.kind != "cross"
+        # A windowed kernel (local) restricts self-attention only: cross-attention has no
+        # window; the other kernels ignore it.
         out, weights = attention.attend(
             cfg.attention, q, k, v, segment_ids, kv_segment_ids, causal=self.kind == "causal",
-            q_offset=q_offset, window=cfg.local_window if local else None,
+            q_offset=q_offset, window=None if self.kind == "cross" else cfg.local_window,
             block_size=cfg.block_size, dropout_rate=cfg.attention_dropout_rate,
             dropout_rng=dropout_rng, dropout_impl=cfg.dropout_impl,
             return_weights=self.is_mutable_collection("intermediates"))
