@@ -35,7 +35,7 @@ def test_tfds_makes_newstest2013_validation_and_newstest2014_test(tmp_path, pair
 def test_wmt_sources_read_english_to_the_other_language(module, target, tfds_name):
     data = module.get_config().data
     assert (data.source_lang, data.target_lang) == ("en", target)
-    assert sources.TFDS_DATASETS[data.name][0] == tfds_name
+    assert config_lib.datasets.get(data.name).tfds_name == tfds_name
     with tfds.testing.mock_data(num_examples=20):
         for split in ("train", "validation", "test"):
             source = sources.get_source(data, split)

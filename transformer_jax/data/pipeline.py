@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 import grain
 import numpy as np
 
+from transformer_jax.config import datasets
 from transformer_jax.data import packing as packing_lib, sources, text, tokenizer as tokenizer_lib
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.errors import DataError
@@ -361,9 +362,9 @@ def vocab_sample(source: Sequence[tuple[str, str]], max_chars: int,
 ROW_MULTIPLE = 64  # a row length chosen from the data is a multiple of this many slots,
 ROW_SHARE = 0.999  # the smallest that holds this share of the pairs measured
 ROW_SAMPLE_PAIRS = 20_000  # pairs measured, in the vocabulary sample's order
-# Datasets whose rows are sized to the data when data.row_len is 0. WMT keeps rows of
-# data.max_len: its pairs run long, and those rows are the paper's recipe.
-ROWS_FROM_DATA = ("builtin", "text")
+# Which datasets' rows are sized to the data when data.row_len is 0 is their Dataset's
+# rows_from_data (config/datasets/). WMT keeps rows of data.max_len: its pairs run long, and
+# those rows are the paper's recipe.
 
 
 def row_len_path(workdir: storage.PathLike) -> storage.Path:
@@ -399,9 +400,10 @@ def row_len_holding(lengths: np.ndarray, max_len: int, share: float = ROW_SHARE,
 def row_len_of(config: Any, workdir: storage.PathLike, source: Sequence[tuple[str, str]],
                tokenizer: Tokenizer, is_chief: bool = True) -> int:
     """The slots of a training row (see the module docstring): ``data.row_len`` when set;
-    ``data.max_len`` for datasets not in ``ROWS_FROM_DATA``; otherwise the length recorded in
-    the workdir (:func:`row_len_path`) or, the first time, :func:`row_len_holding` of
-    :func:`pair_lengths`, logged and recorded (by the chief).
+    ``data.max_len`` for datasets whose rows are not sized to the data (their Dataset's
+    ``rows_from_data``); otherwise the length recorded in the workdir (:func:`row_len_path`)
+    or, the first time, :func:`row_len_holding` of :func:`pair_lengths`, logged and
+    recorded (by the chief).
 
     The record is read, not measured again, so a resumed run keeps its rows even if the data
     files changed. A workdir with checkpoints and no record trained on rows of data.max_len
@@ -410,7 +412,7 @@ def row_len_of(config: Any, workdir: storage.PathLike, source: Sequence[tuple[st
     d = config.data
     if d.row_len:
         return d.row_len
-    if d.name not in ROWS_FROM_DATA:
+    if not datasets.get(d.name).rows_from_data:
         return d.max_len
     path = row_len_path(workdir)
     if path.exists():

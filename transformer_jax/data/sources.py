@@ -1,49 +1,40 @@
-"""Where sentence pairs come from: TFDS datasets read by random access, or text files.
+"""Where sentence pairs come from: the readers of each kind of dataset source.
 
 Every source is a sequence of ``(source_text, target_text)`` pairs with ``len`` and integer
-indexing, which is what grain needs for deterministic, resumable shuffling.
+indexing, which is what grain needs for deterministic, resumable shuffling. The datasets are
+data, in ``transformer_jax/config/datasets/`` (one module a dataset); each names the kind of
+its source, read here by the reader of that kind (``READERS``):
 
-* ``builtin``: the project's generated corpus (``corpus.py``), registered here as the TFDS
-  dataset ``builtin_corpus`` and written as array_record on first use (no TensorFlow needed).
-* ``wmt14_ende`` / ``wmt14_enfr``: TFDS ``wmt14_translate/de-en`` and ``/fr-en`` (prepared
-  as array_record, see the README), read in the English -> German / French direction. TFDS
+* ``tfds``: a TFDS dataset prepared as array_record, read by random access. The paper's
+  ``wmt14_ende`` / ``wmt14_enfr`` are TFDS ``wmt14_translate/de-en`` and ``/fr-en``
+  (prepared as the README shows), read in the English -> German / French direction: TFDS
   stores each pair as ``{"de": ..., "en": ...}`` and its supervised order is de -> en; we
   read the ``data.source_lang`` and ``data.target_lang`` keys, so the order is ours.
-  Its builder (tfds ``translate/wmt.py``) makes the splits: train = Europarl v7 + Common Crawl
-  + News Commentary v9 (EN-FR adds UN and Gigaword FR-EN), validation = newstest2013, test =
-  newstest2014.
-* ``text``: your own files (``text.py``), ``data.train_files`` / ``eval_files`` /
-  ``test_files``.
+* ``generated``: a TFDS builder whose data is generated here, written as array_record on
+  first use (no TensorFlow needed), then read as ``tfds``: the built-in corpus
+  (``corpus.py``), the TFDS dataset ``builtin_corpus``.
+* ``text``: your own files (``text.py``), named by the config fields of the dataset's
+  splits (``data.train_files`` / ``eval_files`` / ``test_files``).
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib
 import os
 import pathlib
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
+from transformer_jax.config import datasets
 from transformer_jax.data import corpus, text
-from transformer_jax.errors import DataError
+from transformer_jax.errors import ConfigError, DataError
 from transformer_jax.io import storage
-
-# dataset name -> (TFDS name, {split: TFDS split}); source/target language keys come from
-# config.data.source_lang / target_lang.
-TFDS_DATASETS: dict[str, tuple[str, dict[str, str]]] = {
-    "builtin": ("builtin_corpus", {"train": "train", "validation": "validation",
-                                   "test": "test"}),
-    # newstest2013 is TFDS's validation split and newstest2014 its test split.
-    "wmt14_ende": ("wmt14_translate/de-en", {"train": "train", "validation": "validation",
-                                             "test": "test"}),
-    "wmt14_enfr": ("wmt14_translate/fr-en", {"train": "train", "validation": "validation",
-                                             "test": "test"}),
-}
 
 
 class BuiltinCorpus(tfds.core.GeneratorBasedBuilder):
@@ -124,14 +115,20 @@ def data_dir_of(data_config: Any) -> str | None:
 
 
 def prepare_builtin(data_dir: str | None) -> None:
-    """Writes the built-in corpus as array_record if it is not there yet (a few seconds).
+    """Writes the built-in corpus as array_record if it is not there yet (a few seconds)."""
+    prepare_generated(datasets.get("builtin").tfds_name, data_dir)
+
+
+def prepare_generated(tfds_name: str, data_dir: str | None) -> None:
+    """Writes the TFDS dataset ``tfds_name``, generated here by its builder (such as
+    :class:`BuiltinCorpus`), as array_record if it is not there yet.
 
     Several processes may ask at once (the hosts of a multi-process run, the points of a
     sweep): a lock file lets one write it while the others wait. TFDS cannot write
-    array_record files to a bucket: for a ``gs://`` data_dir the corpus is prepared in a
+    array_record files to a bucket: for a ``gs://`` data_dir the dataset is prepared in a
     local temporary directory and copied up.
     """
-    builder = BuiltinCorpus(data_dir=data_dir, file_format="array_record")
+    builder = _generated_builder(tfds_name, data_dir)
     if builder.is_prepared():
         return
     # The lock is a local file (a bucket has no locks): it keeps apart the processes of one
@@ -140,27 +137,30 @@ def prepare_builtin(data_dir: str | None) -> None:
     lock_dir = (storage.local(where) or pathlib.Path(tempfile.gettempdir()) / (
         "transformer_jax-" + hashlib.sha1(where.encode()).hexdigest()[:12]))
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / ".builtin_corpus.lock", "w") as lock:
+    with open(lock_dir / f".{builder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        builder = BuiltinCorpus(data_dir=data_dir, file_format="array_record")
+        builder = _generated_builder(tfds_name, data_dir)
         if builder.is_prepared():
             return
         tfds.disable_progress_bar()
         if not storage.is_remote(where):
-            _prepare_builtin_in(where)
+            _prepare_in(tfds_name, where)
             return
         with tempfile.TemporaryDirectory() as tmp:
-            _prepare_builtin_in(tmp)
+            _prepare_in(tfds_name, tmp)
             storage.copy_tree(pathlib.Path(tmp) / builder.name,
                               storage.path(where) / builder.name)
 
 
-def _prepare_builtin_in(local_dir: str) -> None:
-    BuiltinCorpus(data_dir=local_dir, file_format="array_record").download_and_prepare(
+def _generated_builder(tfds_name: str, data_dir: str | None) -> tfds.core.DatasetBuilder:
+    return tfds.builder(tfds_name, data_dir=data_dir, file_format="array_record")
+
+
+def _prepare_in(tfds_name: str, local_dir: str) -> None:
+    _generated_builder(tfds_name, local_dir).download_and_prepare(
         download_config=tfds.download.DownloadConfig(verify_ssl=False))
 
 
-TEXT_FIELDS = {"train": "train_files", "validation": "eval_files", "test": "test_files"}
 _TEXT_CACHE: dict[tuple, text.TextPairs] = {}
 
 
@@ -175,31 +175,57 @@ def _cached_text(spec: str, field: str) -> text.TextPairs:
     return _TEXT_CACHE[key]
 
 
-def get_source(data_config: Any, split: str) -> PairSource | text.TextPairs:
-    """The ``split`` ("train", "validation" or "test") of the configured dataset."""
-    name = data_config.name
-    if name == "text":
-        field = TEXT_FIELDS[split]
-        return _cached_text(data_config[field], f"data.{field}")
-    if name not in TFDS_DATASETS:
-        raise ValueError(f"data.name={name!r} has no source")
-    tfds_name, splits = TFDS_DATASETS[name]
+Source = PairSource | text.TextPairs
+
+
+def read_text(dataset: datasets.Dataset, data_config: Any, split: str) -> text.TextPairs:
+    """A split of text files: those named by the config field of the dataset's split."""
+    field = dataset.splits[split]  # "data.train_files"
+    return _cached_text(data_config[field.split(".", 1)[1]], field)
+
+
+def read_tfds(dataset: datasets.Dataset, data_config: Any, split: str) -> PairSource:
+    """A split of a TFDS dataset prepared as array_record under data.data_dir."""
+    if dataset.tfds_module:
+        # tfds imports its dataset modules lazily; importing this one registers the builder
+        # (wmt14_translate needs no TensorFlow to read a prepared copy).
+        importlib.import_module(dataset.tfds_module)
     data_dir = data_dir_of(data_config)
-    if name == "builtin":
-        prepare_builtin(data_dir)
-    else:
-        # tfds imports its dataset modules lazily; importing this one registers
-        # wmt14_translate (it needs no TensorFlow to read a prepared copy).
-        import tensorflow_datasets.translate.wmt14  # noqa: F401
     try:
-        # download=False: preparing WMT is a separate step (README); never start it here.
-        records = tfds.data_source(tfds_name, split=splits[split], data_dir=data_dir,
-                                   download=False,
+        # download=False: preparing a TFDS dataset is a separate step; never start it here.
+        records = tfds.data_source(dataset.tfds_name, split=dataset.splits[split],
+                                   data_dir=data_dir, download=False,
                                    deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
     except Exception as e:  # TFDS raises several types for a missing or tfrecord-only dataset
         raise FileNotFoundError(
-            f"{tfds_name}: no array_record copy of split {split!r} under "
-            f"{data_dir or '~/tensorflow_datasets'} ({type(e).__name__}); prepare it as the "
-            "README's 'Preparing WMT14' section shows") from e
+            f"{dataset.tfds_name}: no array_record copy of split {split!r} under "
+            f"{data_dir or '~/tensorflow_datasets'} ({type(e).__name__}); "
+            f"{dataset.how_to_prepare}") from e
     return PairSource(records, data_config.source_lang, data_config.target_lang,
-                      f"{tfds_name}:{split}")
+                      f"{dataset.tfds_name}:{split}")
+
+
+def read_generated(dataset: datasets.Dataset, data_config: Any, split: str) -> PairSource:
+    """A split of a dataset generated here: prepared on first use, then read as TFDS."""
+    prepare_generated(dataset.tfds_name, data_dir_of(data_config))
+    return read_tfds(dataset, data_config, split)
+
+
+# The readers, by the kind of source a Dataset names (its ``source``).
+READERS: dict[str, Callable[[datasets.Dataset, Any, str], Source]] = {
+    "tfds": read_tfds,
+    "generated": read_generated,
+    "text": read_text,
+}
+
+
+def get_source(data_config: Any, split: str) -> Source:
+    """The ``split`` ("train", "validation" or "test") of the configured dataset
+    (``data.name``), read by the reader of its kind of source."""
+    dataset = datasets.get(data_config.name)
+    if dataset.source not in READERS:
+        raise ConfigError(f"data.name={data_config.name!r}: its source {dataset.source!r} has "
+                          f"no reader; the kinds are {', '.join(READERS)}")
+    if split not in dataset.splits:
+        raise ValueError(f"split {split!r} is not one of {', '.join(dataset.splits)}")
+    return READERS[dataset.source](dataset, data_config, split)

@@ -142,7 +142,7 @@ def parse_grid(text: str) -> list[dict[str, Any]]:
         return hyper.sweep(field, [int(v) if field == hyper.SEED and v.isdigit() else v
                                    for v in items])
     try:
-        current = config_lib._get(config_lib.base_config(), field)
+        current = config_lib.get_field(config_lib.base_config(), field)
     except ConfigError as e:
         raise UserError(f"--grid={text}: unknown config field {field}") from e
     return hyper.sweep(field, [_parse_value(field, v, current) for v in items])

@@ -21,8 +21,12 @@ from transformer_jax.sweeps.experiment import Point, Sweep, config_module
 
 def config_arg(point: Point, scale: str) -> str:
     """The config file's argument for a point: ``VARIANT`` at the paper's scale,
-    ``VARIANT,dataset=builtin,scale=demo`` at the demo scale."""
-    return point.variant + ("" if scale == "paper" else f",dataset=builtin,scale={scale}")
+    ``VARIANT,dataset=builtin,scale=demo`` at the demo scale (the dataset of the scale,
+    config.SCALES)."""
+    if scale == "paper":
+        return point.variant
+    dataset = config_lib.SCALES[scale].dataset
+    return point.variant + (f",dataset={dataset}" if dataset else "") + f",scale={scale}"
 
 
 def point_config(sweep: Sweep, point: Point, scale: str = "paper",

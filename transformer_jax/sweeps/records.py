@@ -31,7 +31,7 @@ def point_record(sweep: Sweep, point: Point, config: ml_collections.ConfigDict
     name, setting, variant, swept values and seeds."""
     return {"name": point.name, "setting": point.setting, "variant": point.variant,
             "value": point.value, "fields": point.fields,
-            "seeds": {f: config_lib._get(config, f) for f in config_lib.SEED_FIELDS}}
+            "seeds": {f: config_lib.get_field(config, f) for f in config_lib.SEED_FIELDS}}
 
 
 def definition(sweep: Sweep, points: Sequence[Point], configs: dict[str, Any], scale: str,

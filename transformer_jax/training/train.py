@@ -629,6 +629,6 @@ def _hparams(config: ml_collections.ConfigDict, workdir: storage.Path) -> dict[s
     if not values:
         values = {q: config_lib.quantity(config, q) for q in config_lib.QUANTITIES}
     values.pop("seed", None)
-    values.update({f: config_lib._get(config, f) for f in config_lib.SEED_FIELDS})
+    values.update({f: config_lib.get_field(config, f) for f in config_lib.SEED_FIELDS})
     values.setdefault("variant", config.variant)
     return values

@@ -1,0 +1,108 @@
+"""The datasets, found by name: each is a module of this package holding ``DATASET``, a
+:class:`Dataset` (plain data: what the config, the data pipeline and the sweeps ask of it).
+
+``data.name`` (and ``dataset=NAME`` of a config file's argument) is a module's name: the
+built-in corpus ``builtin``, the paper's ``wmt14_ende`` and ``wmt14_enfr``, your own files
+``text``. The datasets are the modules found when this package is first imported, here and in
+any ``transformer_jax/config/datasets/`` directory under an entry of ``sys.path``
+(``PYTHONPATH``), and those given to :func:`register` since. A dataset that TFDS knows is one
+module::
+
+    # transformer_jax/config/datasets/iwslt14_deen.py
+    from transformer_jax.config.datasets import Dataset
+
+    DATASET = Dataset(tfds_name="ted_hrlr_translate/pt_to_en",
+                      settings={"data.source_lang": "pt", "data.target_lang": "en",
+                                "data.vocab_size": 8000})
+
+What reads a dataset is its ``source`` kind, a reader of ``transformer_jax/data/sources.py``
+(``READERS``): ``"tfds"`` (a prepared TFDS dataset), ``"generated"`` (a TFDS builder of
+generated data, prepared on first use) or ``"text"`` (the files named by the config).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+import pkgutil
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from transformer_jax.errors import ConfigError
+
+# Datasets under sys.path too: transformer_jax/config/datasets/ of any entry is searched
+# after this one (a module here of the same name wins).
+for _entry in sys.path:
+    _dir = os.path.realpath(os.path.join(_entry or os.curdir, *__name__.split(".")))
+    if os.path.isdir(_dir) and _dir not in map(os.path.realpath, __path__):  # noqa: F821
+        __path__.append(_dir)  # noqa: F821
+
+# The splits every dataset has, named as the code asks for them.
+SPLITS = ("train", "validation", "test")
+# The paper's EN-DE: the dataset of a config that names none.
+DEFAULT = "wmt14_ende"
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """One dataset, as data.
+
+    ``settings`` are the config fields it sets (languages, vocabulary size), applied after a
+    variant's overrides. ``source`` is the kind of source that reads it (a key of
+    ``data/sources.py``'s ``READERS``). ``splits`` maps each of ``SPLITS`` to where the
+    source finds it: a TFDS split for ``"tfds"`` and ``"generated"``, the config field
+    holding its files for ``"text"``. ``tfds_name`` is its TFDS name, and ``tfds_module`` a
+    module to import first that registers its TFDS builder (TFDS imports its dataset modules
+    lazily). ``rows_from_data``: with ``data.row_len`` 0 its training rows are sized to its
+    sentences, not kept at ``data.max_len``. ``how_to_prepare`` ends the message for a
+    dataset that is not prepared.
+    """
+
+    settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    source: str = "tfds"
+    tfds_name: str = ""
+    splits: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: {split: split for split in SPLITS})
+    tfds_module: str = ""
+    rows_from_data: bool = False
+    how_to_prepare: str = ("prepare it with TFDS as array_record "
+                           "(download_and_prepare(file_format='array_record'))")
+
+    def __post_init__(self) -> None:
+        missing = [s for s in SPLITS if s not in self.splits]
+        if missing:
+            raise ConfigError(f"Dataset splits {dict(self.splits)} lack {', '.join(missing)}")
+
+
+# name -> Dataset, in the order found.
+DATASETS: dict[str, Dataset] = {}
+
+
+def register(name: str, dataset: Dataset) -> Dataset:
+    """Makes ``dataset`` known as ``name`` (for data.name, config files' ``dataset=NAME``)."""
+    if not isinstance(dataset, Dataset):
+        raise ConfigError(f"dataset {name}: {dataset!r} is not a Dataset")
+    DATASETS[name] = dataset
+    return dataset
+
+
+def get(name: str, field: str = "data.name") -> Dataset:
+    """The dataset ``name``; ConfigError naming ``field`` and the known names if unknown."""
+    if not isinstance(name, str) or name not in DATASETS:
+        raise ConfigError(f"{field}={name!r} is not one of {', '.join(DATASETS)}")
+    return DATASETS[name]
+
+
+def _load(name: str) -> None:
+    module = importlib.import_module(f"{__name__}.{name}")
+    dataset = getattr(module, "DATASET", None)
+    if not isinstance(dataset, Dataset):
+        raise ConfigError(f"{module.__file__}: no DATASET = Dataset(...) in it")
+    register(name, dataset)
+
+
+for _module in pkgutil.iter_modules(__path__):
+    if not _module.name.startswith("_"):
+        _load(_module.name)

@@ -1,0 +1,57 @@
+"""Fields by their dotted names (``"model.d_model"``): read, set with a type check, and the
+values derived from them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import ml_collections
+
+from transformer_jax.errors import ConfigError
+from transformer_jax.model.spec import head_dims
+
+
+def get_field(c: ml_collections.ConfigDict, path: str) -> Any:
+    """The value of the field ``path`` ("a.b": ``c.a.b``); ConfigError if there is none."""
+    node = c
+    for part in path.split("."):
+        if part not in node:
+            raise ConfigError(f"the config has no field {path}")
+        node = node[part]
+    return node
+
+
+def set_field(c: ml_collections.ConfigDict, path: str, value: Any, origin: str = "") -> None:
+    """``c.a.b = value`` for ``path="a.b"``; ConfigError naming the field if it is unknown or
+    the value's type does not fit (an int where a float is expected is taken)."""
+    where = f"{origin}: " if origin else ""
+    *parents, leaf = path.split(".")
+    node = c
+    for part in parents:
+        if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
+            raise ConfigError(f"{where}unknown config field {path}")
+        node = node[part]
+    if leaf not in node or isinstance(node[leaf], ml_collections.ConfigDict):
+        raise ConfigError(f"{where}unknown config field {path}")
+    try:
+        node[leaf] = value
+    except TypeError as e:
+        raise ConfigError(f"{where}{path}={value!r}: {e}") from e
+
+
+def apply_all(c: ml_collections.ConfigDict, overrides: Mapping[str, Any], origin: str) -> None:
+    """:func:`set_field` for each of ``overrides`` ({"section.field": value})."""
+    for path, value in overrides.items():
+        set_field(c, path, value, origin)
+
+
+def checkpoints_to_average(c: ml_collections.ConfigDict) -> int:
+    """How many of the last checkpoints evaluation averages: train.average_checkpoints, or
+    with 0 every kept one (train.keep_checkpoints)."""
+    return c.train.average_checkpoints or c.train.keep_checkpoints
+
+
+def derived_dims(m: ml_collections.ConfigDict) -> tuple[int, int]:
+    """(d_k, d_v) of a config's model section, with 0 resolved to d_model // num_heads."""
+    return head_dims(m.d_model, m.num_heads, m.d_k, m.d_v)

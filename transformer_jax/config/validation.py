@@ -1,0 +1,184 @@
+"""Validation: every field the code relies on, checked before anything is compiled, refused
+in one ConfigError naming the field and what it allows."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+
+import ml_collections
+
+from transformer_jax.config import datasets
+from transformer_jax.config.datasets import DATASETS
+from transformer_jax.config.fields import derived_dims, get_field
+from transformer_jax.config.scales import SCALES
+from transformer_jax.errors import ConfigError
+from transformer_jax.model import kernels
+
+# Fields holding one of a set of strings. The datasets' are the registry's names, read as
+# they are when a config is checked (a dataset registered since counts).
+CHOICES: dict[str, Collection[str]] = {
+    "model.positions": ("sinusoidal", "learned"),
+    "model.norm": ("post", "pre"),
+    "model.attention": kernels.names(),
+    "model.dtype": ("float32", "bfloat16"),
+    "model.dropout_impl": ("hash", "jax"),
+    "data.name": DATASETS.keys(),
+    "data.defaults_for": DATASETS.keys(),
+    "train.parallel": ("pmap", "sharded"),
+    "train.nonfinite": ("skip", "stop"),
+    "decode.strategy": ("greedy", "beam", "sample"),
+    "scale": tuple(SCALES),
+}
+
+# Fields holding strings without a fixed set of values ("" allowed where it means a default).
+STRINGS = ("variant", "data.data_dir", "data.source_lang", "data.target_lang",
+           "data.train_files", "data.eval_files", "data.test_files")
+BOOLS = ("model.share_embeddings", "model.remat", "data.packing")
+# Integer fields and their lowest allowed value.
+INTS: dict[str, int] = {
+    **dict.fromkeys([
+        "model.num_layers", "model.d_model", "model.d_ff", "model.num_heads", "model.max_len",
+        "model.block_size", "model.local_window", "data.vocab_size", "data.max_len",
+        "data.tokens_per_batch", "data.vocab_sample", "optim.warmup_steps",
+        "optim.grad_accum_steps", "train.num_steps", "train.log_every", "train.eval_every",
+        "train.checkpoint_every", "train.keep_checkpoints", "train.model_parallel",
+        "train.max_nonfinite_in_a_row", "decode.beam_size", "decode.batch_size"], 1),
+    **dict.fromkeys([
+        "model.d_k", "model.d_v", "model.num_kv_heads", "data.num_shards", "data.row_len",
+        "data.shuffle_seed", "train.seed",
+        "train.eval_batches", "train.devices", "train.profile_steps", "train.profile_start",
+        "train.bleu_sentences", "train.bleu_every", "train.samples", "decode.max_len_offset",
+        "train.average_checkpoints",
+        "decode.top_k", "decode.seed"], 0),
+}
+# Float fields: (low, high, low_open, high_open).
+FLOATS: dict[str, tuple[float, float, bool, bool]] = {
+    "model.dropout_rate": (0.0, 1.0, False, True),
+    "model.attention_dropout_rate": (0.0, 1.0, False, True),
+    "train.label_smoothing": (0.0, 1.0, False, True),
+    "optim.b1": (0.0, 1.0, False, True),
+    "optim.b2": (0.0, 1.0, False, True),
+    "optim.eps": (0.0, math.inf, True, False),
+    "optim.lr_scale": (0.0, math.inf, True, False),
+    "decode.alpha": (0.0, math.inf, False, False),
+    "decode.temperature": (0.0, math.inf, False, False),
+    "decode.top_p": (0.0, 1.0, True, False),
+    "train.peak_flops": (0.0, math.inf, False, False),
+    "train.checkpoint_every_minutes": (0.0, math.inf, False, False),
+}
+
+
+def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """Checks every field the code relies on; returns ``c`` or raises ConfigError naming the
+    field and what it allows. Each field alone first (type, range, choices), then the
+    fields that constrain each other."""
+    _check_fields(c)
+    m = c.model
+    for field in ("d_k", "d_v"):
+        if m[field] == 0 and m.d_model % m.num_heads:
+            raise ConfigError(
+                f"model.num_heads={m.num_heads} must divide model.d_model={m.d_model} "
+                f"when model.{field} is derived (0); set model.{field} explicitly or change "
+                "num_heads")
+    if m.num_kv_heads and m.num_heads % m.num_kv_heads:
+        raise ConfigError(f"model.num_kv_heads={m.num_kv_heads} must divide "
+                          f"model.num_heads={m.num_heads} (each key/value head serves a group "
+                          "of query heads)")
+    if c.train.model_parallel > 1 and c.train.parallel != "sharded":
+        raise ConfigError(f"train.model_parallel={c.train.model_parallel} needs "
+                          "train.parallel='sharded'")
+    if c.train.bleu_every and not c.train.bleu_sentences:
+        raise ConfigError(f"train.bleu_every={c.train.bleu_every} needs train.bleu_sentences "
+                          ">= 1 (the validation sentences to decode)")
+    if c.train.average_checkpoints > c.train.keep_checkpoints:
+        raise ConfigError(f"train.average_checkpoints={c.train.average_checkpoints} exceeds "
+                          f"train.keep_checkpoints={c.train.keep_checkpoints}; a run cannot "
+                          "average checkpoints it does not keep")
+    kernel = kernels.get(m.attention).traits
+    if m.attention_dropout_rate > 0 and not kernel.supports_dropout:
+        raise ConfigError(f"model.attention_dropout_rate={m.attention_dropout_rate} needs a "
+                          "kernel that supports attention dropout "
+                          f"({', '.join(kernels.having('supports_dropout'))}); the "
+                          f"{m.attention!r} kernel has none")
+    if kernel.needs_equal_head_dims and derived_dims(m)[0] != derived_dims(m)[1]:
+        raise ConfigError(f"model.attention={m.attention!r} needs d_k == d_v, got "
+                          f"{derived_dims(m)[0]} and {derived_dims(m)[1]}")
+    if c.data.packing and not kernel.segment_ids:
+        raise ConfigError(f"data.packing=True needs a kernel that keeps packed sentences apart; "
+                          f"model.attention={m.attention!r} does not (set data.packing=False)")
+    if c.data.max_len > m.max_len:
+        raise ConfigError(
+            f"data.max_len={c.data.max_len} exceeds model.max_len={m.max_len}; the model "
+            "has no positions beyond model.max_len")
+    if c.data.row_len > c.data.max_len:
+        raise ConfigError(f"data.row_len={c.data.row_len} exceeds data.max_len="
+                          f"{c.data.max_len}; a row holds at most the longest pair kept")
+    dataset = datasets.get(c.data.name)
+    if dataset.source == "text":
+        _check_text_files(c, dataset)
+    return c
+
+
+def _check_fields(c: ml_collections.ConfigDict) -> None:
+    """Every field on its own: its type, and its range or choices."""
+    for path in STRINGS:
+        value = get_field(c, path)
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}={value!r} must be a string")
+    for path in BOOLS:
+        value = get_field(c, path)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{path}={value!r} must be True or False")
+    for path, low in INTS.items():
+        _check_int(c, path, low)
+    for path, (low, high, low_open, high_open) in FLOATS.items():
+        _check_float(c, path, low, high, low_open, high_open)
+    for path, choices in CHOICES.items():
+        value = get_field(c, path)
+        if not isinstance(value, str) or value not in choices:
+            raise ConfigError(f"{path}={value!r} is not one of {', '.join(choices)}")
+    sentences = c.train.visualize_sentences
+    if not isinstance(sentences, tuple | list) or not all(
+            isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in sentences):
+        raise ConfigError(f"train.visualize_sentences={sentences!r} must be a tuple of "
+                          "test-split indices >= 0, e.g. (49, 181)")
+
+
+def _check_text_files(c: ml_collections.ConfigDict, dataset: datasets.Dataset) -> None:
+    """A dataset of text files reads train and validation files, and test files when
+    decoding at the end; each split's files are in the config field its Dataset names."""
+    decodes = bool(c.train.bleu_sentences or c.train.samples)
+    for split, path in dataset.splits.items():
+        value = get_field(c, path)
+        if not isinstance(value, str):
+            raise ConfigError(f"{path}={value!r} must be a string")
+        if not value.strip():
+            if split != "test" or decodes:
+                why = (" (for train.bleu_sentences and train.samples; set both to 0 to go "
+                       "without)" if split == "test" else "")
+                raise ConfigError(f"{path} is empty; data.name={c.data.name!r} needs "
+                                  f"'source.txt,target.txt' or 'pairs.tsv'{why}")
+            continue
+        parts = value.split(",")
+        if len(parts) > 2 or not all(p.strip() for p in parts):
+            raise ConfigError(f"{path}={value!r} must be 'source.txt,target.txt' "
+                              "or 'pairs.tsv'")
+
+
+def _check_int(c: ml_collections.ConfigDict, path: str, low: int) -> None:
+    value = get_field(c, path)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{path}={value!r} must be an integer >= {low}")
+
+
+def _check_float(c: ml_collections.ConfigDict, path: str, low: float, high: float,
+                 low_open: bool = False, high_open: bool = False) -> None:
+    value = get_field(c, path)
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (
+            value < high if high_open else value <= high)
+    if not ok:
+        lo, hi = ("(" if low_open else "["), (")" if high_open else "]")
+        raise ConfigError(f"{path}={value!r} must be a number in {lo}{low}, {high}{hi}")
