@@ -34,7 +34,7 @@ from typing import Any
 
 import ml_collections
 
-from transformer_jax import paper
+from transformer_jax import config as config_lib, paper
 from transformer_jax.errors import UserError
 from transformer_jax.io import layout, metric_keys, provenance, storage
 from transformer_jax.io.workdirs import read_json, read_metrics
@@ -42,11 +42,9 @@ from transformer_jax.sweeps import report_metrics
 from transformer_jax.sweeps.plots import plot_against_value, plot_losses
 from transformer_jax.sweeps.status import point_status
 
-# The config fields of the paper's Table 3, as (column, section, field).
-CONFIG_COLUMNS = (("N", "model", "num_layers"), ("d_model", "model", "d_model"),
-                  ("d_ff", "model", "d_ff"), ("h", "model", "num_heads"), ("d_k", "model", "d_k"),
-                  ("d_v", "model", "d_v"), ("P_drop", "model", "dropout_rate"),
-                  ("eps_ls", "train", "label_smoothing"), ("positions", "model", "positions"))
+# The config fields of the paper's Table 3 (config.QUANTITIES), as (column, section, field).
+CONFIG_COLUMNS = tuple((column, *field.split("."))
+                       for column, (field, _) in config_lib.QUANTITIES.items())
 SIGNIFICANCE_LEVEL = 0.05
 
 
