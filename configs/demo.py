@@ -3,7 +3,7 @@
     make demo        # = python -m transformer_jax.main --config=configs/demo.py --workdir=runs/demo
 
 The paper's architecture and recipe (post-LN, shared embeddings, sinusoids, Adam with
-warmup, label smoothing 0.1) at the demo scale of transformer_jax/config.py (SCALES): 3
+warmup, label smoothing 0.1) at the demo scale of transformer_jax/config/scales.py (SCALES): 3
 layers, d_model 128, d_ff 512, 4 heads, batches of ~2,000 tokens, 450 steps. Ends by
 writing attention pictures of two test sentences to <workdir>/pictures (see
 transformer_jax/visualize.py).
