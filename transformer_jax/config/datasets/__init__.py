@@ -8,7 +8,7 @@ any ``transformer_jax/config/datasets/`` directory under an entry of ``sys.path`
 (``PYTHONPATH``), and those given to :func:`register` since. A dataset that TFDS knows is one
 module::
 
-    # transformer_jax/config/datasets/iwslt14_deen.py
+    # transformer_jax/config/datasets/ted_pten.py: data.name=ted_pten
     from transformer_jax.config.datasets import Dataset
 
     DATASET = Dataset(tfds_name="ted_hrlr_translate/pt_to_en",
