@@ -23,7 +23,7 @@ EVALUATE_OVERRIDES = ("decode", "data.data_dir", "data.eval_files", "data.test_f
 def main(argv: list[str], flags_: dict[str, Any]) -> None:
     from tqdm import tqdm
 
-    from transformer_jax.evaluation import evaluate
+    from transformer_jax.evaluation import evaluate, translation
 
     cli.no_extra_args(argv)
     with cli.clean_errors():
@@ -38,7 +38,7 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
         steps = ", ".join(map(str, r["checkpoints"]))
         print(f"{split}: {r['sentences']} sentences; parameters of checkpoint(s) {steps}"
               f"{' averaged' if len(r['checkpoints']) > 1 else ''}; "
-              f"{evaluate.describe(r['decode'])}")
+              f"{translation.describe(r['decode'])}")
         for note in r["notes"]:
             print(f"warning: {note}")
         print(f"perplexity: {r['perplexity']:.3f}")

@@ -64,7 +64,7 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
         from tqdm import tqdm
 
         from transformer_jax.decoding import decode
-        from transformer_jax.evaluation import evaluate
+        from transformer_jax.evaluation import restore, translation
 
         workdir = flags_["workdir"].value
         config = resume.workdir_config(workdir, cli.override_values(flags_["config"]),
@@ -74,15 +74,15 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
         if output != "-" and not storage.path(output).parent.is_dir():
             raise FileNotFoundError(f"--output={output}: no directory "
                                     f"{storage.path(output).parent}")
-        loaded = evaluate.load_workdir(workdir, config, flags_["average"].value)
+        loaded = restore.load_workdir(workdir, config, flags_["average"].value)
         for note in loaded.notes:
             logging.warning("warning: %s", note)
         decoding = decode.DecodeConfig.from_config(config.decode)
         with tqdm(total=len(sentences), desc="translating", unit=" sentences",
                   file=sys.stderr) as bar:
-            translations = evaluate.translate(loaded.params, loaded.model_config,
-                                              loaded.tokenizer, sentences, decoding,
-                                              bar.update)
+            translations = translation.translate(loaded.params, loaded.model_config,
+                                                 loaded.tokenizer, sentences, decoding,
+                                                 bar.update)
         write_lines(output, translations)
 
 

@@ -53,7 +53,7 @@ from configs import demo  # noqa: E402
 from experiments.benchmarks import decode_speed, train_throughput  # noqa: E402
 from transformer_jax import config as config_lib, paper  # noqa: E402
 from transformer_jax.decoding import decode  # noqa: E402
-from transformer_jax.evaluation import evaluate  # noqa: E402
+from transformer_jax.evaluation import translation  # noqa: E402
 from transformer_jax.model import attention, kernels as kernel_registry  # noqa: E402
 from transformer_jax.model.transformer import TransformerConfig  # noqa: E402
 from transformer_jax.training import hardware, train  # noqa: E402
@@ -201,8 +201,8 @@ def decoding(tiny: bool) -> dict[str, Any]:
     config = TransformerConfig.from_config(c.model, vocab)
     params = train.init_params(config, jax.random.key(0))
     inputs = decode_speed.random_sources(config, batch, source)
-    # evaluate.translate's buffer: one more than the longest output, rounded up.
-    buffer = -(-(length + 1) // evaluate.LENGTH_BUCKET) * evaluate.LENGTH_BUCKET
+    # translation.translate's buffer: one more than the longest output, rounded up.
+    buffer = -(-(length + 1) // translation.LENGTH_BUCKET) * translation.LENGTH_BUCKET
     results: dict[str, Any] = {"status": "measured", "sentences": batch,
                                "source_tokens": source, "output_tokens": length,
                                "dtype": c.model.dtype}

@@ -15,7 +15,7 @@ sequence stops early.
   and values. The cache must be at least 5x faster at output length >= 100.
 * base: the paper's base model (6 + 6 layers, d_model 512, d_ff 2048, 8 heads, vocabulary
   37,000), 8 sentences of 32 source tokens, 63 output tokens each in a buffer of 64 (as
-  ``evaluate.translate`` sizes it), greedy and beam 4 (alpha 0.6) through
+  ``translation.translate`` sizes it), greedy and beam 4 (alpha 0.6) through
   ``decode.generate``; beam 4 with one 64-slot cache throughout instead of phases of
   growing cache (16, 32, 64 slots; ``decode.Phases``); and beam 4 the former way, with the
   cross-attention keys and values repeated per beam and reordered with the beams at every
@@ -51,7 +51,7 @@ import numpy as np  # noqa: E402
 from configs import demo  # noqa: E402
 from transformer_jax import config as config_lib  # noqa: E402
 from transformer_jax.decoding import decode  # noqa: E402
-from transformer_jax.evaluation import evaluate  # noqa: E402
+from transformer_jax.evaluation import translation  # noqa: E402
 from transformer_jax.model.transformer import TransformerConfig  # noqa: E402
 from transformer_jax.training import train  # noqa: E402
 
@@ -163,8 +163,8 @@ def base_shape(args: argparse.Namespace) -> dict[str, object]:
     c = config_lib.build("base")
     config = TransformerConfig.from_config(c.model, c.data.vocab_size)
     batch, source_length, length = BASE_SHAPE.values()
-    # evaluate.translate's buffer: one more than the longest output, rounded up.
-    buffer = -(-(length + 1) // evaluate.LENGTH_BUCKET) * evaluate.LENGTH_BUCKET
+    # translation.translate's buffer: one more than the longest output, rounded up.
+    buffer = -(-(length + 1) // translation.LENGTH_BUCKET) * translation.LENGTH_BUCKET
     params = train.init_params(config, jax.random.key(0))
     inputs = random_sources(config, batch, source_length)
     print(f"\nbase model ({config.num_layers} + {config.num_layers} layers, d_model "

@@ -1,106 +1,23 @@
-"""Evaluation: BLEU two ways, perplexity, translate(), and the evaluate command end to end."""
+"""A trained workdir: restored, translate(), and the evaluate command end to end."""
 
-import functools
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
 
-import jax
-import numpy as np
 import pytest
 import sacrebleu
 
-from transformer_jax import config as config_lib
 from transformer_jax.config import resume
 from transformer_jax.data import pipeline, sources
 from transformer_jax.decoding import decode
 from transformer_jax.errors import UserError
-from transformer_jax.evaluation import evaluate
+from transformer_jax.evaluation import bleu, evaluate, perplexity, restore, translation
 from transformer_jax.io import layout, workdirs
-from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.training import train
 
 from ..helpers import trained_workdir
 
 ROOT = Path(__file__).resolve().parents[2]
-
-HYPS = ["Die Rich-Text-Datei wurde gestern geöffnet.",
-        "Er sagte: „Das ist gut“ – und ging.",
-        "Das E-Mail-Konto ist 3-mal gesperrt."]
-REFS = ["Die Rich-Text-Datei wurde heute geöffnet.",
-        "Er sagte: „Das ist sehr gut“ – und ging.",
-        "Das E-Mail-Konto wurde 3-mal gesperrt."]
-# The same sentences as the paper-comparable BLEU sees them: Moses-tokenized (the closing
-# quote is normalised to '"' and escaped), hyphenated compounds split.
-HYPS_TOKENIZED = [
-    "Die Rich ##AT##-##AT## Text ##AT##-##AT## Datei wurde gestern geöffnet .",
-    "Er sagte : „ Das ist gut &quot; – und ging .",
-    "Das E ##AT##-##AT## Mail ##AT##-##AT## Konto ist 3 ##AT##-##AT## mal gesperrt ."]
-REFS_TOKENIZED = [
-    "Die Rich ##AT##-##AT## Text ##AT##-##AT## Datei wurde heute geöffnet .",
-    "Er sagte : „ Das ist sehr gut &quot; – und ging .",
-    "Das E ##AT##-##AT## Mail ##AT##-##AT## Konto wurde 3 ##AT##-##AT## mal gesperrt ."]
-
-
-# ----------------------------------------------------------------------------------------
-# BLEU and perplexity
-
-
-def test_sacrebleu_figure_is_sacrebleu_on_the_detokenized_text():
-    score, signature = evaluate.bleu(HYPS, REFS)
-    assert score == pytest.approx(sacrebleu.corpus_bleu(HYPS, [REFS]).score, abs=1e-9)
-    assert 20 < score < 90
-    assert "tok:13a" in signature and "nrefs:1" in signature and "version:" in signature
-
-
-def test_tokenized_bleu_is_sacrebleu_on_moses_tokens_with_compounds_split():
-    assert [evaluate.tokenize_for_bleu(h) for h in HYPS] == HYPS_TOKENIZED
-    assert [evaluate.tokenize_for_bleu(r) for r in REFS] == REFS_TOKENIZED
-    score, signature = evaluate.tokenized_bleu(HYPS, REFS, "de")
-    direct = sacrebleu.corpus_bleu(HYPS_TOKENIZED, [REFS_TOKENIZED], tokenize="none").score
-    assert score == pytest.approx(direct, abs=1e-9)
-    # Split compounds are extra, easily matched tokens: the tokenized figure runs higher.
-    assert score > evaluate.bleu(HYPS, REFS)[0]
-    assert "tok:none" in signature and "compound-split" in signature
-
-
-def test_compound_split_is_the_2017_scripts_substitution():
-    assert evaluate.compound_split("rich-text format") == "rich ##AT##-##AT## text format"
-    assert evaluate.compound_split("a - b") == "a - b"  # a free-standing dash stays
-    # Matches do not overlap (Perl's s///g, and re.sub): the second hyphen of a-b-c stays.
-    assert evaluate.compound_split("a-b-c") == "a ##AT##-##AT## b-c"
-
-
-def test_perplexity_is_exp_of_the_mean_nll():
-    assert evaluate.perplexity(2 * 100 * math.log(3), 200) == pytest.approx(3.0)
-
-
-def test_split_perplexity_agrees_with_the_training_loop():
-    config = TransformerConfig(vocab_size=30, num_layers=1, d_model=16, d_ff=32, num_heads=2,
-                               d_k=8, d_v=8, dropout_rate=0.0, max_len=16)
-    params = train.init_params(config, jax.random.key(0))
-    rng = np.random.default_rng(0)
-    batches = []
-    for _ in range(2):
-        batch = {}
-        for f in ("inputs", "targets"):
-            seg = np.repeat([[1] * 10 + [2] * 4 + [0] * 2], 4, axis=0).astype(np.int32)
-            batch[f] = np.where(seg > 0, rng.integers(3, 30, seg.shape), 0).astype(np.int32)
-            batch[f + "_segment_ids"] = seg
-            batch[f + "_positions"] = np.tile(np.r_[np.arange(10), np.arange(4), [0, 0]],
-                                              (4, 1)).astype(np.int32)
-        batches.append(batch)
-    ours = evaluate.split_perplexity(params, config, batches)
-    run = config_lib.build("base")
-    run.train.devices = 2  # the training loop's pmapped evaluation over two devices
-    state = train.create_train_state(run, config, jax.random.key(0)).replace(params=params)
-    executor = train.make_executor(run, config, state)
-    theirs = evaluate.loss_over_batches(
-        functools.partial(executor.evaluate, executor.place(state)), batches)
-    assert ours["tokens"] == theirs["tokens"] == 2 * 4 * 14
-    assert ours["perplexity"] == pytest.approx(theirs["perplexity"], rel=1e-5)
 
 
 # ----------------------------------------------------------------------------------------
@@ -119,20 +36,20 @@ def run_config(workdir):
 
 
 def test_translate_keeps_order_and_empty_lines(workdir, run_config):
-    loaded = evaluate.load_workdir(workdir, run_config)
+    loaded = restore.load_workdir(workdir, run_config)
     source = sources.get_source(run_config.data, "test")
     sentences = [source[i][0] for i in range(6)]
     sentences = sentences[:2] + ["", "   "] + sentences[2:]
     greedy = decode.DecodeConfig(strategy="greedy", max_len_offset=10)
-    whole = evaluate.translate(loaded.params, loaded.model_config, loaded.tokenizer,
-                               sentences, greedy.replace(batch_size=64))
+    whole = translation.translate(loaded.params, loaded.model_config, loaded.tokenizer,
+                                  sentences, greedy.replace(batch_size=64))
     assert whole[2] == whole[3] == "" and all(whole[i] for i in (0, 1, 4, 5, 6, 7))
     # Batches of 3 sentences sorted by length: the same translations, in input order.
-    batched = evaluate.translate(loaded.params, loaded.model_config, loaded.tokenizer,
-                                 sentences, greedy.replace(batch_size=3))
+    batched = translation.translate(loaded.params, loaded.model_config, loaded.tokenizer,
+                                    sentences, greedy.replace(batch_size=3))
     assert batched == whole
-    one_by_one = [evaluate.translate(loaded.params, loaded.model_config, loaded.tokenizer,
-                                     [s], greedy)[0] for s in sentences[:2]]
+    one_by_one = [translation.translate(loaded.params, loaded.model_config, loaded.tokenizer,
+                                        [s], greedy)[0] for s in sentences[:2]]
     assert one_by_one == whole[:2]
 
 
@@ -146,34 +63,34 @@ def test_evaluate_averages_and_writes_hypotheses_and_scores(workdir, run_config)
     refs = [source[i][1] for i in range(24)]
     assert len(hyps) == 24
     assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
-    assert result["tokenized_bleu"] == pytest.approx(evaluate.tokenized_bleu(hyps, refs)[0])
+    assert result["tokenized_bleu"] == pytest.approx(bleu.tokenized_bleu(hyps, refs)[0])
     saved = json.loads((workdir / "eval" / "test-avg3-greedy.json").read_text())
     assert saved["bleu"] == result["bleu"] and saved["decode"]["strategy"] == "greedy"
     # Perplexity of the averaged parameters on the same 24 pairs.
-    loaded = evaluate.load_workdir(workdir, run_config, average=3)
+    loaded = restore.load_workdir(workdir, run_config, average=3)
     tokenizer = loaded.tokenizer
     pairs = [source[i] for i in range(24)]
     batches = pipeline.eval_batches(pairs, tokenizer, max_len=run_config.data.max_len, rows=8)
-    expected = evaluate.split_perplexity(loaded.params, loaded.model_config, batches)
+    expected = perplexity.split_perplexity(loaded.params, loaded.model_config, batches)
     assert result["perplexity"] == pytest.approx(expected["perplexity"], rel=1e-5)
     assert 1.0 < result["perplexity"] < run_config.data.vocab_size * 2
     with pytest.raises(UserError, match="last 4 checkpoints: .* holds 3"):
-        evaluate.load_workdir(workdir, run_config, average=4)
+        restore.load_workdir(workdir, run_config, average=4)
 
 
 def test_evaluate_averages_the_configs_number_or_what_the_workdir_holds(workdir, run_config):
     # keep_checkpoints = 3 and average_checkpoints = 0: the last 3, which span the whole run.
-    loaded = evaluate.load_workdir(workdir, run_config)
+    loaded = restore.load_workdir(workdir, run_config)
     assert loaded.steps == [10, 20, 30]
     assert loaded.notes == ["the averaged checkpoints (steps 10, 20, 30) reach back to 33% of "
                             "step 30, an early part of training; the paper's span its last "
                             "4-6% of steps (--average=1 takes the latest alone)"]
     run_config.train.keep_checkpoints = 20  # as the big model's config would ask
-    loaded = evaluate.load_workdir(workdir, run_config)
+    loaded = restore.load_workdir(workdir, run_config)
     assert loaded.steps == [10, 20, 30]
     assert loaded.notes[0] == (f"the config averages the last 20 checkpoints but "
                                f"{workdir / 'checkpoints'} holds 3: averaging those")
-    latest = evaluate.load_workdir(workdir, run_config, average=1)
+    latest = restore.load_workdir(workdir, run_config, average=1)
     assert latest.steps == [30] and latest.notes == []
 
 
@@ -204,8 +121,8 @@ def test_evaluate_command(workdir):
 
 def test_training_logs_validation_bleu(workdir):
     evals = workdirs.read_metrics(workdir)["eval"]
-    bleu = {step: record["bleu"] for step, record in evals.items() if "bleu" in record}
-    assert sorted(bleu) == [10, 20, 30]  # train.bleu_every = 10
-    assert all(0.0 <= b <= 100.0 for b in bleu.values())
+    scores = {step: record["bleu"] for step, record in evals.items() if "bleu" in record}
+    assert sorted(scores) == [10, 20, 30]  # train.bleu_every = 10
+    assert all(0.0 <= b <= 100.0 for b in scores.values())
     final = json.loads((workdir / layout.FINAL_METRICS).read_text())
     assert final["bleu_sentences"] == 8 and "test_bleu" in final

@@ -14,7 +14,7 @@ from transformer_jax.config import resume
 from transformer_jax.data import sources
 from transformer_jax.decoding import decode
 from transformer_jax.errors import DataError
-from transformer_jax.evaluation import evaluate
+from transformer_jax.evaluation import restore, translation
 
 from ..helpers import trained_workdir
 
@@ -46,11 +46,11 @@ def test_translates_a_file_in_order_with_empty_lines_kept(workdir, tmp_path):
     got = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")
     assert got[-1] == "" and len(got) - 1 == len(lines)
     # The config's strategy (the paper's beam search), exactly as the library translates.
-    loaded = evaluate.load_workdir(workdir, config)
+    loaded = restore.load_workdir(workdir, config)
     decoding = decode.DecodeConfig.from_config(config.decode).replace(max_len_offset=20)
     assert decoding.strategy == "beam" and decoding.beam_size == 4
-    expected = evaluate.translate(loaded.params, loaded.model_config, loaded.tokenizer, lines,
-                                  decoding)
+    expected = translation.translate(loaded.params, loaded.model_config, loaded.tokenizer, lines,
+                                     decoding)
     assert got[:-1] == expected
     assert got[1] == got[3] == "" and all(got[i] for i in (0, 2, 4, 5, 6))
 
@@ -62,9 +62,9 @@ def test_stdin_to_stdout_with_decode_overrides(workdir):
     out = command(workdir, "--config.decode.strategy=greedy",
                   stdin="\r\n".join(sentences).encode())  # CRLF, no final newline
     assert out.returncode == 0, out.stderr.decode()[-3000:]
-    loaded = evaluate.load_workdir(workdir, config)
-    expected = evaluate.translate(loaded.params, loaded.model_config, loaded.tokenizer,
-                                  sentences, decode.DecodeConfig(strategy="greedy"))
+    loaded = restore.load_workdir(workdir, config)
+    expected = translation.translate(loaded.params, loaded.model_config, loaded.tokenizer,
+                                     sentences, decode.DecodeConfig(strategy="greedy"))
     assert out.stdout.decode().splitlines() == expected
 
 
@@ -148,7 +148,7 @@ INPUT_LINES = st.one_of(
 @pytest.fixture(scope="module")
 def loaded(workdir):
     config = resume.workdir_config(workdir)
-    return evaluate.load_workdir(workdir, config)
+    return restore.load_workdir(workdir, config)
 
 
 @settings(max_examples=12, deadline=None,
@@ -163,11 +163,11 @@ def test_any_input_gives_one_translation_line_per_line(loaded, tmp_path, lines, 
     assert len(sentences) == len(lines)
     # Greedy, one sentence a batch, a short output: one compilation per length bucket.
     decoding = decode.DecodeConfig(strategy="greedy", batch_size=1, max_len_offset=4)
-    translations = evaluate.translate(loaded.params, loaded.model_config, loaded.tokenizer,
-                                      sentences, decoding)
+    translations = translation.translate(loaded.params, loaded.model_config, loaded.tokenizer,
+                                         sentences, decoding)
     translate.write_lines(str(target), translations)
     written = target.read_bytes()
     assert written.count(b"\n") == len(lines) and (not written or written.endswith(b"\n"))
     assert translate.read_lines(str(target)) == translations
-    for sentence, translation in zip(sentences, translations, strict=True):
-        assert translation == "" if not sentence.strip() else isinstance(translation, str)
+    for sentence, output in zip(sentences, translations, strict=True):
+        assert output == "" if not sentence.strip() else isinstance(output, str)

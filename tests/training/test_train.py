@@ -13,7 +13,7 @@ import pytest
 from transformer_jax import config as config_lib
 from transformer_jax.data import sources, tokenizer
 from transformer_jax.decoding import decode
-from transformer_jax.evaluation import evaluate
+from transformer_jax.evaluation import bleu, translation
 from transformer_jax.io import checkpoints, layout
 from transformer_jax.model import params
 from transformer_jax.model.spec import TransformerConfig
@@ -186,12 +186,12 @@ def test_minutes_apart_checkpoints_and_the_averaged_final_evaluation(
     model_config = TransformerConfig.from_config(config.model, ckpts.read_meta(20)["vocab_size"])
     mean, _ = ckpts.average_params(params.param_shapes(model_config), 5)
     ckpts.close()
-    expected = evaluate.translate(mean, model_config,
-                                  tokenizer.Tokenizer(tmp_path / "vocab" / layout.VOCAB_MODEL),
-                                  [test[i][0] for i in range(8)],
-                                  decode.DecodeConfig.from_config(config.decode))
+    expected = translation.translate(mean, model_config,
+                                     tokenizer.Tokenizer(tmp_path / "vocab" / layout.VOCAB_MODEL),
+                                     [test[i][0] for i in range(8)],
+                                     decode.DecodeConfig.from_config(config.decode))
     assert hyps == expected
-    assert saved["test_bleu"] == pytest.approx(evaluate.bleu(hyps, refs)[0])
-    assert saved["test_bleu_tokenized"] == pytest.approx(evaluate.tokenized_bleu(hyps, refs)[0])
+    assert saved["test_bleu"] == pytest.approx(bleu.bleu(hyps, refs)[0])
+    assert saved["test_bleu_tokenized"] == pytest.approx(bleu.tokenized_bleu(hyps, refs)[0])
     assert "tok:13a" in saved["bleu_signature"]
     assert "compound-split" in saved["bleu_tokenized_signature"]

@@ -49,7 +49,7 @@ from transformer_jax.data import sources
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.decoding import decode
 from transformer_jax.errors import DataError, UserError
-from transformer_jax.evaluation import evaluate
+from transformer_jax.evaluation import restore, translation
 from transformer_jax.io import layout, storage
 from transformer_jax.model import masks
 from transformer_jax.model.spec import TransformerConfig
@@ -86,7 +86,7 @@ def load_model(workdir: str | os.PathLike) -> LoadedModel:
     """Rebuilds the model of ``workdir`` (config.json + the checkpoint's vocabulary size) and
     restores the latest checkpoint's parameters."""
     config = resume.workdir_config(workdir)
-    loaded = evaluate.load_workdir(workdir, config)
+    loaded = restore.load_workdir(workdir, config)
     return LoadedModel(config, loaded.model_config.replace(deterministic=True), loaded.params,
                        loaded.tokenizer, loaded.steps[-1])
 
@@ -366,8 +366,8 @@ def write_pictures(out: str | os.PathLike, model: LoadedModel, source: str,
         raise UserError("--src is empty; give a sentence to run through the model")
     if target is None:
         decoding = decode.DecodeConfig.from_config(model.config.decode).replace(batch_size=1)
-        target = evaluate.translate(model.params, model.model_config, model.tokenizer,
-                                    [source], decoding)[0]
+        target = translation.translate(model.params, model.model_config, model.tokenizer,
+                                       [source], decoding)[0]
         logging.info("translation: %s", target)
     extras = write_model_pictures(out, model.model_config, measured_file)
     sentence = read_sentence(model.params, model.model_config, model.tokenizer, source, target)
@@ -388,8 +388,8 @@ def write_run_pictures(config: ml_collections.ConfigDict, model_config: Transfor
     pairs = [test[i] for i in indices]
     decoding = decode.DecodeConfig.from_config(config.decode).replace(
         batch_size=max(len(pairs), 1))
-    hyps = evaluate.translate(model_params, model_config, tokenizer, [s for s, _ in pairs],
-                              decoding)
+    hyps = translation.translate(model_params, model_config, tokenizer, [s for s, _ in pairs],
+                                 decoding)
     out = storage.path(workdir) / layout.PICTURES
     extras = write_model_pictures(out, model_config)
     for i, (src, _), hyp in zip(indices, pairs, hyps, strict=True):

@@ -234,7 +234,7 @@ def significance(sets: Sequence[dict[str, Any]], baseline: dict[str, Any],
     the table's std, and ``seed_wins`` counts the seeds on which the setting's BLEU is above
     the baseline's (a difference that holds on every seed is the one to believe).
     """
-    from transformer_jax.evaluation import evaluate
+    from transformer_jax.evaluation import bleu
 
     base = _by_seed(baseline)
     out: dict[str, dict[str, Any]] = {}
@@ -249,12 +249,12 @@ def significance(sets: Sequence[dict[str, Any]], baseline: dict[str, Any],
         if any(mine[s][1] != base[s][1] for s in seeds):
             out[entry["setting"]] = {"note": "translated other test sentences than the baseline"}
             continue
-        pooled = evaluate.paired_bootstrap(
+        pooled = bleu.paired_bootstrap(
             [("baseline", [h for s in seeds for h in base[s][0]]),
              ("system", [h for s in seeds for h in mine[s][0]])],
             [r for s in seeds for r in base[s][1]], n_samples)
-        wins = sum(evaluate.bleu(mine[s][0], mine[s][1])[0] >
-                   evaluate.bleu(base[s][0], base[s][1])[0] for s in seeds)
+        wins = sum(bleu.bleu(mine[s][0], mine[s][1])[0] >
+                   bleu.bleu(base[s][0], base[s][1])[0] for s in seeds)
         p = pooled["system"][1]
         out[entry["setting"]] = {
             "delta": pooled["system"][0] - pooled["baseline"][0], "p": p,

@@ -27,7 +27,8 @@ from transformer_jax import config as config_lib
 from transformer_jax.config import resume
 from transformer_jax.data import pipeline, sources, tokenizer as tokenizer_lib
 from transformer_jax.decoding import decode
-from transformer_jax.evaluation import evaluate
+from transformer_jax.evaluation import bleu, translation
+from transformer_jax.evaluation.perplexity import loss_over_batches, perplexity
 from transformer_jax.io import checkpoints, layout, metric_keys, provenance, storage, workdirs
 from transformer_jax.io.logs import MetricWriter
 from transformer_jax.model import params as params_lib
@@ -364,7 +365,7 @@ class Run:
                                         max_len=self.config.data.max_len,
                                         rows=self.eval_rows,
                                         max_batches=self.config.train.eval_batches)
-        self.final = evaluate.loss_over_batches(
+        self.final = loss_over_batches(
             functools.partial(self.executor.evaluate, self.state),
             (pipeline.process_rows(b, jax.process_index(), jax.process_count()) for b in batches))
         self.writer.write(metric_keys.EVAL, self.step // self.accum, self.final)
@@ -537,7 +538,7 @@ class _LogWindow:
             scalars[metric_keys.MFU] = utilisation
         if applied:  # a window of skipped steps only has no loss to log
             scalars.update({metric_keys.LOSS: total["loss_sum"] / tokens,
-                            metric_keys.PERPLEXITY: evaluate.perplexity(total["nll_sum"], tokens),
+                            metric_keys.PERPLEXITY: perplexity(total["nll_sum"], tokens),
                             metric_keys.GRAD_NORM: applied[-1]["grad_norm"]})
         self.step, self.time, self.fetched, self.padding = step, time.time(), [], []
         return scalars
@@ -572,9 +573,9 @@ def _validation_bleu(config: ml_collections.ConfigDict, model_config: Transforme
     """sacreBLEU of the first ``train.bleu_sentences`` of the validation split, decoded as
     ``config.decode`` says."""
     pairs = [source[i] for i in range(min(config.train.bleu_sentences, len(source)))]
-    hyps = evaluate.translate(params, model_config, tokenizer, [s for s, _ in pairs],
-                              decode.DecodeConfig.from_config(config.decode))
-    return {metric_keys.BLEU: evaluate.bleu(hyps, [t for _, t in pairs])[0]}
+    hyps = translation.translate(params, model_config, tokenizer, [s for s, _ in pairs],
+                                 decode.DecodeConfig.from_config(config.decode))
+    return {metric_keys.BLEU: bleu.bleu(hyps, [t for _, t in pairs])[0]}
 
 
 # The end-of-training test hypotheses and their references, one sentence a line (relative to
@@ -593,13 +594,13 @@ def _final_translations(config: ml_collections.ConfigDict, model_config: Transfo
     pairs = [test[i] for i in range(n)]
     start = time.time()
     decoding = decode.DecodeConfig.from_config(config.decode)
-    hyps = evaluate.translate(params, model_config, tokenizer, [s for s, _ in pairs], decoding)
+    hyps = translation.translate(params, model_config, tokenizer, [s for s, _ in pairs], decoding)
     refs = [t for _, t in pairs]
     result: dict[str, Any] = {}
     if config.train.bleu_sentences:
-        score, signature = evaluate.bleu(hyps, refs)
-        tokenized, tokenized_signature = evaluate.tokenized_bleu(hyps, refs,
-                                                                 config.data.target_lang)
+        score, signature = bleu.bleu(hyps, refs)
+        tokenized, tokenized_signature = bleu.tokenized_bleu(hyps, refs,
+                                                             config.data.target_lang)
         k = metric_keys
         result = {k.TEST_BLEU: score, k.BLEU_SIGNATURE: signature,
                   k.TEST_BLEU_TOKENIZED: tokenized,
@@ -613,7 +614,7 @@ def _final_translations(config: ml_collections.ConfigDict, model_config: Transfo
         writer.write(k.TEST, step, {k.BLEU: score, k.BLEU_TOKENIZED: tokenized})
         logging.info("test BLEU %.2f (tokenized, compound-split: %.2f) on %d sentences (%s, "
                      "%.1fs)  %s", score, tokenized, n,
-                     evaluate.describe(dataclasses.asdict(decoding)), time.time() - start,
+                     translation.describe(dataclasses.asdict(decoding)), time.time() - start,
                      signature)
     for (src, ref), hyp in list(zip(pairs, hyps, strict=True))[: config.train.samples]:
         writer.sample(src, ref, hyp)

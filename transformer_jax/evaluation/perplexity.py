@@ -1,0 +1,57 @@
+"""Perplexity: of a model on a split, and the reduction the training loop's validation
+shares with it."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jax
+import numpy as np
+
+from transformer_jax.io import metric_keys
+from transformer_jax.model import losses
+from transformer_jax.model.spec import TransformerConfig
+from transformer_jax.model.transformer import Transformer
+
+
+def perplexity(nll_sum: float, tokens: float) -> float:
+    """exp(mean negative log-likelihood per target token)."""
+    return math.exp(nll_sum / max(tokens, 1.0))
+
+
+def loss_over_batches(batch_sums: Callable[[Any], dict[str, Any]],
+                      batches: Iterable[Any]) -> dict[str, float]:
+    """Loss and NLL per target token, perplexity and target tokens over ``batches``.
+
+    ``batch_sums(batch)`` gives one batch's summed loss, NLL and target tokens (``loss_sum``,
+    ``nll_sum``, ``tokens``): the training loop's validation and the evaluate command's
+    perplexity both reduce them here.
+    """
+    totals = {"loss_sum": 0.0, "nll_sum": 0.0, "tokens": 0.0}
+    for batch in batches:
+        sums = batch_sums(batch)
+        for k in totals:
+            totals[k] += float(sums[k])
+    n = max(totals["tokens"], 1.0)
+    return {metric_keys.LOSS: totals["loss_sum"] / n, metric_keys.NLL: totals["nll_sum"] / n,
+            metric_keys.PERPLEXITY: perplexity(totals["nll_sum"], n),
+            metric_keys.TOKENS: totals["tokens"]}
+
+
+@functools.partial(jax.jit, static_argnames="config")
+def _sums(params: Any, batch: dict[str, jax.Array], *,
+          config: TransformerConfig) -> dict[str, jax.Array]:
+    """Summed loss (unsmoothed), NLL and target tokens of one packed batch."""
+    model = Transformer(config.replace(deterministic=True, decode=False))
+    return losses.batch_sums(params, batch, model=model, label_smoothing=0.0)
+
+
+def split_perplexity(params: Any, config: TransformerConfig,
+                     batches: Iterable[dict[str, np.ndarray]]) -> dict[str, float]:
+    """Perplexity (with NLL per token and target tokens) of the model on packed batches
+    (``pipeline.eval_batches``) of a split."""
+    return loss_over_batches(functools.partial(_sums, params, config=config), batches)
+

@@ -1,0 +1,67 @@
+"""A trained workdir's model: the parameters of its last checkpoints (averaged as the paper
+evaluates), the model they fit and the vocabulary, for the commands that decode."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import ml_collections
+
+from transformer_jax import config as config_lib
+from transformer_jax.data.tokenizer import Tokenizer
+from transformer_jax.errors import UserError
+from transformer_jax.io import checkpoints, layout, storage
+from transformer_jax.model import params as params_lib
+from transformer_jax.model.spec import TransformerConfig
+
+
+@dataclasses.dataclass
+class Loaded:
+    """What decoding needs from a workdir: parameters, model, vocabulary."""
+
+    params: Any
+    model_config: TransformerConfig
+    tokenizer: Tokenizer
+    steps: list[int]  # the checkpoints whose parameters were averaged (one: not averaged)
+    notes: list[str] = dataclasses.field(default_factory=list)  # one-line warnings for the user
+
+
+def load_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDict,
+                 average: int | None = None) -> Loaded:
+    """The model of a training run: ``config`` is the run's config (``resume.workdir_config``);
+    the parameters are the mean of the last ``average`` checkpoints (1: the latest alone).
+    ``average=None`` takes the config's number (``config.checkpoints_to_average``: 5 for
+    base, 20 for big), or every checkpoint the workdir holds if fewer, saying so in
+    ``notes``. Raises UserError if ``average`` is more than the workdir holds."""
+    workdir = storage.path(workdir)
+    vocab = workdir / layout.VOCAB / layout.VOCAB_MODEL
+    if not vocab.is_file():
+        raise UserError(f"{vocab}: no vocabulary; --workdir must be the workdir of a training "
+                        "run")
+    if not (workdir / layout.CHECKPOINTS).is_dir():
+        raise UserError(f"{workdir / 'checkpoints'}: no checkpoints; train first")
+    ckpts = checkpoints.Checkpoints(workdir, config.train.keep_checkpoints)
+    notes: list[str] = []
+    try:
+        steps = ckpts.all_steps()
+        if not steps:
+            raise UserError(f"{ckpts.directory}: no checkpoints; train first")
+        meta = ckpts.read_meta(steps[-1])
+        model_config = TransformerConfig.from_config(config.model, int(meta["vocab_size"]))
+        template = params_lib.param_shapes(model_config)
+        if average is None:
+            params, used, notes = ckpts.average_last(
+                template, config_lib.checkpoints_to_average(config))
+        elif average == 1:
+            params, used = ckpts.restore_params(steps[-1], template), [steps[-1]]
+        elif average > 1:
+            params, used = ckpts.average_params(template, average)
+            notes = [n for n in [checkpoints.early_span(used)] if n]
+        else:
+            raise UserError(f"--average={average} must be >= 1")
+    finally:
+        ckpts.close()
+    logging.info("model from %s: checkpoint(s) %s", workdir, ", ".join(map(str, used)))
+    return Loaded(params, model_config, Tokenizer(vocab), used, notes)
