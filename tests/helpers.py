@@ -9,7 +9,7 @@ import numpy as np
 
 from transformer_jax import config as config_lib
 from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.training import train
+from transformer_jax.training.step import create_train_state, make_executor
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = TransformerConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, d_k=8,
@@ -74,8 +74,8 @@ def run_steps(batches, eps=1e-9, parallel_kind="pmap", devices=1, model_parallel
     config.optim.eps = eps
     config.optim.grad_accum_steps = accum
     config.train.update(parallel=parallel_kind, devices=devices, model_parallel=model_parallel)
-    state = train.create_train_state(config, model_config, jax.random.key(0))
-    executor = train.make_executor(config, model_config, state)
+    state = create_train_state(config, model_config, jax.random.key(0))
+    executor = make_executor(config, model_config, state)
     placed = executor.place(state)
     losses, norms = [], []
     for batch in batches:

@@ -10,7 +10,7 @@ reason (what this device cannot do is never reported as passed):
 * devices -- the platform, how many devices and of which kind, the JAX version;
 * train_throughput -- train-step target tokens/s and MFU of base in float32 and bfloat16 and of
   big in bfloat16, on synthetic batches (train_throughput.py's measurement; MFU is
-  train.MfuMeter's, against the data-sheet bf16 peak of hardware.py, or on a CPU a matmul
+  meters.MfuMeter's, against the data-sheet bf16 peak of hardware.py, or on a CPU a matmul
   probe);
 * attention_kernels -- the exact kernels (those of transformer_jax/model/kernels/ with the
   ``exact`` trait) agree on this device: outputs and the gradients of q, k and v of causal
@@ -55,8 +55,9 @@ from transformer_jax import config as config_lib, paper  # noqa: E402
 from transformer_jax.decoding import decode  # noqa: E402
 from transformer_jax.evaluation import translation  # noqa: E402
 from transformer_jax.model import attention, kernels as kernel_registry  # noqa: E402
+from transformer_jax.model.params import init_params  # noqa: E402
 from transformer_jax.model.transformer import TransformerConfig  # noqa: E402
-from transformer_jax.training import hardware, train  # noqa: E402
+from transformer_jax.training import hardware, meters, train  # noqa: E402
 
 # bfloat16 keeps 8 bits of mantissa (relative rounding 2^-9); a 64-term softmax-weighted sum
 # of such values lands within 1-2% of the largest output, the backward pass's longer chains
@@ -119,8 +120,8 @@ def throughput(tiny: bool) -> dict[str, Any]:
             config.train.peak_flops = hardware.matmul_probe(n=256, dtype=dtype)
             source = f"{dtype} 256^3 matmul probe on {jax.devices()[0].device_kind}"
         r = train_throughput.measure_config(config, vocab, tokens, steps)
-        meter = train.MfuMeter(config, TransformerConfig.from_config(config.model, vocab),
-                               r["devices"])
+        meter = meters.MfuMeter(config, TransformerConfig.from_config(config.model, vocab),
+                                r["devices"])
         results[key] = {"status": "measured", "tokens_per_s": round(r["tokens_per_s"], 1),
                         "mfu": round(meter(r["tokens_per_s"]), 4),
                         "peak_source": source or meter.source,
@@ -199,7 +200,7 @@ def decoding(tiny: bool) -> dict[str, Any]:
         c.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4)
         vocab = 64
     config = TransformerConfig.from_config(c.model, vocab)
-    params = train.init_params(config, jax.random.key(0))
+    params = init_params(config, jax.random.key(0))
     inputs = decode_speed.random_sources(config, batch, source)
     # translation.translate's buffer: one more than the longest output, rounded up.
     buffer = -(-(length + 1) // translation.LENGTH_BUCKET) * translation.LENGTH_BUCKET

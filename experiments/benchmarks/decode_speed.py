@@ -52,8 +52,8 @@ from configs import demo  # noqa: E402
 from transformer_jax import config as config_lib  # noqa: E402
 from transformer_jax.decoding import decode  # noqa: E402
 from transformer_jax.evaluation import translation  # noqa: E402
+from transformer_jax.model.params import init_params  # noqa: E402
 from transformer_jax.model.transformer import TransformerConfig  # noqa: E402
-from transformer_jax.training import train  # noqa: E402
 
 REQUIRED_SPEEDUP = 5.0
 BASE_SHAPE = {"batch": 8, "source_length": 32, "length": 63}
@@ -130,7 +130,7 @@ def demo_shape(args: argparse.Namespace) -> dict[str, object]:
     config = TransformerConfig.from_config(c.model, c.data.vocab_size)
     if args.length > config.max_len:
         sys.exit(f"--length={args.length} exceeds the demo model's max_len={config.max_len}")
-    params = train.init_params(config, jax.random.key(0))
+    params = init_params(config, jax.random.key(0))
     inputs = random_sources(config, args.batch, args.source_length)
     print(f"\ndemo model ({config.num_layers} layers, d_model {config.d_model}, vocabulary "
           f"{config.vocab_size}), batch {args.batch}, source {args.source_length} tokens, "
@@ -165,7 +165,7 @@ def base_shape(args: argparse.Namespace) -> dict[str, object]:
     batch, source_length, length = BASE_SHAPE.values()
     # translation.translate's buffer: one more than the longest output, rounded up.
     buffer = -(-(length + 1) // translation.LENGTH_BUCKET) * translation.LENGTH_BUCKET
-    params = train.init_params(config, jax.random.key(0))
+    params = init_params(config, jax.random.key(0))
     inputs = random_sources(config, batch, source_length)
     print(f"\nbase model ({config.num_layers} + {config.num_layers} layers, d_model "
           f"{config.d_model}, vocabulary {config.vocab_size}), {batch} sentences of "

@@ -59,7 +59,8 @@ from transformer_jax import config as config_lib, paper  # noqa: E402
 from transformer_jax.data import corpus, pipeline  # noqa: E402
 from transformer_jax.model import params  # noqa: E402
 from transformer_jax.model.transformer import TransformerConfig  # noqa: E402
-from transformer_jax.training import hardware, parallel, train  # noqa: E402
+from transformer_jax.training import hardware, parallel  # noqa: E402
+from transformer_jax.training.step import create_train_state, make_executor  # noqa: E402
 
 SIZES = {  # name -> (variant, vocabulary, max_len, CPU tokens per step, accelerator tokens)
     "demo": ("demo", 1000, 64, 2048, 2048),
@@ -116,8 +117,8 @@ def measure_config(config, vocab: int, tokens: int, steps: int) -> dict:
     devices = len(parallel.local_devices(config.train.devices))
     rows = max(tokens // max_len // devices, 1) * devices
     model_config = TransformerConfig.from_config(config.model, vocab)
-    state = train.create_train_state(config, model_config, jax.random.key(0))
-    executor = train.make_executor(config, model_config, state)
+    state = create_train_state(config, model_config, jax.random.key(0))
+    executor = make_executor(config, model_config, state)
     placed = executor.place(state)
     batch = synthetic_batch(rows, max_len, vocab)
     key = jax.random.key(1)
@@ -201,8 +202,8 @@ def measure_short(dtype: str, kind: str, steps: int, repeats: int) -> dict:
             batches = [next(data.train.iterator) for _ in range(2 + steps * repeats)]
             model_config = TransformerConfig.from_config(config.model,
                                                          data.tokenizer.vocab_size)
-            state = train.create_train_state(config, model_config, jax.random.key(0))
-            executor = train.make_executor(config, model_config, state)
+            state = create_train_state(config, model_config, jax.random.key(0))
+            executor = make_executor(config, model_config, state)
             runs[name] = {"executor": executor, "state": executor.place(state),
                           "batches": batches, "row_len": data.shape.row_len,
                           "rows": data.rows, "kernel": kernel,

@@ -16,6 +16,7 @@ import pytest
 from transformer_jax.analysis import pictures as visualize
 from transformer_jax.data.pipeline import pad_batch
 from transformer_jax.errors import UserError
+from transformer_jax.model.params import init_params
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import train
 
@@ -196,7 +197,7 @@ def page(tmp_path_factory):
     """The page of an untrained 2-layer, 4-head model (seconds: no training, no tokenizer)."""
     config = TransformerConfig(vocab_size=40, num_layers=LAYERS, d_model=32, d_ff=64,
                                num_heads=HEADS, dropout_rate=0.0, max_len=16)
-    params = train.init_params(config, jax.random.key(0))
+    params = init_params(config, jax.random.key(0))
     source = ["\u2581The", "\u2581dog", "\u2581sleeps", ".", "</s>"]
     target = ["\u2581Der", "\u2581Hund", "\u2581schl\u00e4ft", ".", "</s>"]
     weights = visualize.attention_weights(params, config, np.asarray([[5, 6, 7, 8, 1]]),

@@ -12,7 +12,7 @@ from transformer_jax import config as config_lib
 from transformer_jax.evaluation import perplexity
 from transformer_jax.model.params import init_params
 from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.training import train
+from transformer_jax.training.step import create_train_state, make_executor
 
 
 def test_perplexity_is_exp_of_the_mean_nll():
@@ -37,8 +37,8 @@ def test_split_perplexity_agrees_with_the_training_loop():
     ours = perplexity.split_perplexity(params, config, batches)
     run = config_lib.build("base")
     run.train.devices = 2  # the training loop's pmapped evaluation over two devices
-    state = train.create_train_state(run, config, jax.random.key(0)).replace(params=params)
-    executor = train.make_executor(run, config, state)
+    state = create_train_state(run, config, jax.random.key(0)).replace(params=params)
+    executor = make_executor(run, config, state)
     theirs = perplexity.loss_over_batches(
         functools.partial(executor.evaluate, executor.place(state)), batches)
     assert ours["tokens"] == theirs["tokens"] == 2 * 4 * 14

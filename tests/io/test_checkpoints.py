@@ -12,7 +12,8 @@ from transformer_jax import config as config_lib
 from transformer_jax.errors import TrainingStopped, UserError
 from transformer_jax.io import checkpoints
 from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.training import train
+from transformer_jax.training.meters import CheckpointClock
+from transformer_jax.training.step import create_train_state
 
 TINY = TransformerConfig(vocab_size=40, num_layers=1, d_model=16, d_ff=32, num_heads=2, d_k=8,
                          d_v=8, dropout_rate=0.0, max_len=16)
@@ -20,7 +21,7 @@ TINY = TransformerConfig(vocab_size=40, num_layers=1, d_model=16, d_ff=32, num_h
 
 @pytest.fixture(scope="module")
 def state():
-    return train.create_train_state(config_lib.build("base"), TINY, jax.random.key(0))
+    return create_train_state(config_lib.build("base"), TINY, jax.random.key(0))
 
 
 def save_all(workdir, state, params_by_step, keep=5):
@@ -154,8 +155,8 @@ def test_with_every_checkpoint_damaged_the_run_starts_afresh(tmp_path, state, ca
 
 def test_a_checkpoint_of_another_model_is_refused_not_set_aside(tmp_path, state):
     ckpts = save_all(tmp_path, state, {10: state.params})
-    wider = train.create_train_state(config_lib.build("base"), TINY.replace(d_ff=64),
-                                     jax.random.key(0))
+    wider = create_train_state(config_lib.build("base"), TINY.replace(d_ff=64),
+                               jax.random.key(0))
     with pytest.raises(UserError, match=r"was written by another model: .* has shape \(32,\) "
                                         r"there but \(64,\) in this config"):
         ckpts.restore_latest(wider)
@@ -242,7 +243,7 @@ def test_average_last_takes_what_the_workdir_holds(tmp_path, state):
 
 def test_the_checkpoint_clock_counts_minutes_from_the_last_checkpoint():
     now = [0.0]
-    clock = train.CheckpointClock(10.0, clock=lambda: now[0])
+    clock = CheckpointClock(10.0, clock=lambda: now[0])
     now[0] = 599.0
     assert not clock.due()
     now[0] = 600.0

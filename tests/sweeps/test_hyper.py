@@ -9,10 +9,10 @@ import pytest
 
 from transformer_jax.data import pipeline
 from transformer_jax.errors import UserError
+from transformer_jax.model.params import init_params
 from transformer_jax.sweeps import hyper
 from transformer_jax.sweeps.experiment import load_experiment
 from transformer_jax.sweeps.points import point_config
-from transformer_jax.training import train
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,7 +98,7 @@ def test_seeds_reach_initialisation_and_data_order():
     configs = [point_config(sweep, p, "demo")[0] for p in sweep.points()]
     assert [(c.train.seed, c.data.shuffle_seed) for c in configs] == [(0, 0), (1, 1)]
     from ..helpers import TINY
-    params = [train.init_params(TINY, jax.random.key(c.train.seed)) for c in configs]
+    params = [init_params(TINY, jax.random.key(c.train.seed)) for c in configs]
     first = [np.asarray(x) for x in jax.tree.leaves(params[0])]
     second = [np.asarray(x) for x in jax.tree.leaves(params[1])]
     assert any(not np.array_equal(a, b) for a, b in zip(first, second, strict=True))

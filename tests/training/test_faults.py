@@ -22,6 +22,7 @@ from transformer_jax.errors import TrainingStopped, UserError
 from transformer_jax.io import checkpoints, layout, workdirs
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import faults, parallel, train
+from transformer_jax.training.step import checkpoint_bytes, create_train_state, make_executor
 
 from ..helpers import command_line, tiny_config
 
@@ -172,7 +173,7 @@ def test_a_diverged_run_stops_after_k_non_finite_steps_and_saves_no_nan(tmp_path
     # Skipped steps change nothing, so every checkpoint holds the initial, finite state.
     assert workdirs.checkpoint_steps_on_disk(tmp_path) == [1, 2, 3]
     ckpts = checkpoints.Checkpoints(tmp_path, keep=config.train.keep_checkpoints)
-    template = train.create_train_state(config, TransformerConfig.from_config(
+    template = create_train_state(config, TransformerConfig.from_config(
         config.model, ckpts.read_meta(3)["vocab_size"]), jax.random.key(0))
     first, last = (ckpts.restore(s, template)[0] for s in (1, 3))
     assert checkpoints.integrity(last) == checkpoints.integrity(first)
@@ -190,8 +191,8 @@ def test_a_non_finite_step_leaves_the_state_unchanged_and_is_flagged():
     from ..helpers import random_batch
 
     config = tiny_config(".", devices=1)
-    state = train.create_train_state(config, TINY, jax.random.key(0))
-    executor = train.make_executor(config, TINY, state)
+    state = create_train_state(config, TINY, jax.random.key(0))
+    executor = make_executor(config, TINY, state)
     batch = random_batch(2, 16, 0)
     good, metrics = executor.train(executor.place(state), batch, jax.random.key(1))
     assert executor.fetch(metrics)["nonfinite"] == 0.0
@@ -227,13 +228,13 @@ def test_a_workdir_without_room_for_the_checkpoints_is_refused_before_training(t
 
 def test_the_checkpoint_size_is_that_of_the_state():
     config = tiny_config(".")
-    state = train.create_train_state(config, TransformerConfig.from_config(
+    state = create_train_state(config, TransformerConfig.from_config(
         config.model, config.data.vocab_size), jax.random.key(0))
     arrays = sum(x.nbytes for x in jax.tree.leaves((state.params, state.opt_state)))
-    assert 0 < train.checkpoint_bytes(config) - arrays <= 8  # and the step counter
+    assert 0 < checkpoint_bytes(config) - arrays <= 8  # and the step counter
     # The paper's big model: 213M parameters, Adam's two moments, float32: about 2.6 GB.
     big = config_lib.build("big")
-    assert 2.4e9 < train.checkpoint_bytes(big) < 2.7e9
+    assert 2.4e9 < checkpoint_bytes(big) < 2.7e9
 
 
 def test_training_refuses_a_workdir_too_small_before_reading_any_data(tmp_path):
@@ -286,7 +287,7 @@ def assert_every_checkpoint_whole(workdir, config):
     if steps:
         model_config = TransformerConfig.from_config(
             config.model, ckpts.read_meta(steps[-1])["vocab_size"])
-        template = train.create_train_state(config, model_config, jax.random.key(0))
+        template = create_train_state(config, model_config, jax.random.key(0))
         for step in steps:
             ckpts.restore(step, template)  # raises CorruptCheckpoint if not whole
     ckpts.close()

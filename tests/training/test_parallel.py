@@ -6,7 +6,8 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from transformer_jax import config as config_lib
-from transformer_jax.training import parallel, train
+from transformer_jax.training import parallel
+from transformer_jax.training.step import create_train_state
 
 from ..helpers import TINY, random_batch, run_steps
 
@@ -45,7 +46,7 @@ def test_same_loss_and_params_as_one_device(one_device, kind, devices, model_par
 
 def test_model_axis_splits_heads_and_ffn():
     config = config_lib.build("base")
-    state = train.create_train_state(config, TINY, jax.random.key(0))
+    state = create_train_state(config, TINY, jax.random.key(0))
     mesh = parallel.make_mesh(2, jax.devices()[:4])
     shardings = parallel.state_shardings(state, mesh)
     layer = shardings.params["encoder"]["layer_0"]

@@ -1,4 +1,5 @@
-"""Training: the schedule, label smoothing, the pmapped step and checkpoints."""
+"""Training: the schedule, label smoothing, the pmapped step, the meters, checkpoints and
+the final evaluation."""
 
 import functools
 import json
@@ -16,8 +17,10 @@ from transformer_jax.decoding import decode
 from transformer_jax.evaluation import bleu, translation
 from transformer_jax.io import checkpoints, layout
 from transformer_jax.model import params
+from transformer_jax.model.losses import label_smoothed_cross_entropy
 from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.training import train
+from transformer_jax.training import meters, optimizer, train
+from transformer_jax.training.step import create_train_state
 
 from ..helpers import TINY, random_batch, run_steps, tiny_config
 
@@ -29,12 +32,12 @@ from ..helpers import TINY, random_batch, run_steps, tiny_config
     (16000, 512 ** -0.5 * 16000 ** -0.5),  # inverse square root decay
 ])
 def test_schedule_values(step, expected):
-    schedule = train.learning_rate_schedule(512, 4000)
+    schedule = optimizer.learning_rate_schedule(512, 4000)
     assert float(schedule(step - 1)) == pytest.approx(expected, rel=1e-5)
 
 
 def test_schedule_peak_for_base():
-    schedule = train.learning_rate_schedule(512, 4000)
+    schedule = optimizer.learning_rate_schedule(512, 4000)
     assert float(schedule(3999)) == pytest.approx(6.988e-4, rel=1e-3)
     assert float(schedule(3999)) > float(schedule(3998))
     assert float(schedule(3999)) > float(schedule(4000))
@@ -45,8 +48,7 @@ def smoothed_target(vocab, eps, label):
     logits = jnp.zeros((1, 1, vocab))
 
     def loss(z):
-        return train.label_smoothed_cross_entropy(z, jnp.array([[label]]), jnp.ones((1, 1)),
-                                                  eps)[0]
+        return label_smoothed_cross_entropy(z, jnp.array([[label]]), jnp.ones((1, 1)), eps)[0]
 
     return np.asarray(jax.nn.softmax(logits)[0, 0] - jax.grad(loss)(logits)[0, 0])
 
@@ -61,7 +63,7 @@ def test_label_smoothing_equals_optax_smooth_labels():
     logits = jnp.asarray(rng.normal(size=(2, 3, 7)), jnp.float32)
     labels = jnp.asarray(rng.integers(0, 7, (2, 3)))
     weights = jnp.array([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
-    loss, nll = train.label_smoothed_cross_entropy(logits, labels, weights, 0.2)
+    loss, nll = label_smoothed_cross_entropy(logits, labels, weights, 0.2)
     targets = optax.smooth_labels(jax.nn.one_hot(labels, 7), 0.2)
     expected = jnp.sum(optax.softmax_cross_entropy(logits, targets) * weights)
     expected_nll = jnp.sum(
@@ -84,12 +86,12 @@ def test_dropout_differs_per_device_and_step():
 
 def test_checkpoint_restores_what_was_saved(tmp_path):
     config = config_lib.build("base")
-    state = train.create_train_state(config, TINY, jax.random.key(0))
+    state = create_train_state(config, TINY, jax.random.key(0))
     state = state.replace(step=jnp.asarray(7))
     ckpts = checkpoints.Checkpoints(tmp_path, keep=2)
     ckpts.save(7, state, None, {"vocab_size": 40})
     ckpts.wait()
-    fresh = train.create_train_state(config, TINY, jax.random.key(1))
+    fresh = create_train_state(config, TINY, jax.random.key(1))
     restored, meta = ckpts.restore(7, fresh)
     assert meta == {"vocab_size": 40} and int(restored.step) == 7
     for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(state.params),
@@ -114,7 +116,7 @@ def test_gradient_accumulation_equals_one_big_batch():
     _, params_acc = run_steps(halves, eps=1e-5, accum=2)
     for a, b in zip(jax.tree.leaves(params_acc), jax.tree.leaves(params_big), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-5)
-    initial = train.init_params(TINY, jax.random.key(0))
+    initial = params.init_params(TINY, jax.random.key(0))
     assert any(not np.allclose(a, b) for a, b in zip(jax.tree.leaves(params_acc),
                                                      jax.tree.leaves(initial), strict=True))
 
@@ -125,8 +127,8 @@ def test_mfu_peak_is_the_best_probe_of_the_run_and_never_above_100_percent(caplo
     config = config_lib.build("base")
     startup = iter([100e9])
     probes = iter([150e9, 120e9, 400e9, 200e9, 380e9])
-    meter = train.MfuMeter(config, TINY, 1, probe=lambda: next(startup),
-                           reprobe=lambda: next(probes))
+    meter = meters.MfuMeter(config, TINY, 1, probe=lambda: next(startup),
+                            reprobe=lambda: next(probes))
     assert meter.peak == 100e9
     flops = meter.flops_per_token
 
@@ -150,7 +152,7 @@ def test_mfu_of_a_given_peak_is_never_probed_and_above_100_percent_is_left_out()
     def no_probe():
         raise AssertionError("a peak from the config is not measured")
 
-    meter = train.MfuMeter(config, TINY, 2, probe=no_probe, reprobe=no_probe)
+    meter = meters.MfuMeter(config, TINY, 2, probe=no_probe, reprobe=no_probe)
     assert meter.peak == 2e9
     assert meter(1.5e9 / meter.flops_per_token) == pytest.approx(0.75)
     assert meter(3e9 / meter.flops_per_token) is None
@@ -162,7 +164,7 @@ def test_minutes_apart_checkpoints_and_the_averaged_final_evaluation(
     # each checkpoint, so with 1-minute checkpoints one falls due every 4 steps.
     readings = iter(range(0, 10**6, 15))
     monkeypatch.setattr(train, "CheckpointClock", functools.partial(
-        train.CheckpointClock, clock=lambda: float(next(readings))))
+        meters.CheckpointClock, clock=lambda: float(next(readings))))
     config = tiny_config(builtin_data_dir, num_steps=20, checkpoint_every=1000,
                          checkpoint_every_minutes=1.0, eval_every=20, bleu_sentences=8)
     with caplog.at_level(logging.WARNING):

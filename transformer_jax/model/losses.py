@@ -1,6 +1,6 @@
 """The training objective: label-smoothed cross-entropy, summed over a batch's tokens.
 
-Shared by training (train.py) and evaluation (evaluate.py), so the perplexity a run logs and
+Shared by training (step.py) and evaluation (perplexity.py), so the perplexity a run logs and
 the one the evaluate command reports come from one function.
 """
 

@@ -6,7 +6,7 @@
   once (SIGTERM ends the process, SIGINT raises KeyboardInterrupt): the checkpoint then being
   written is abandoned, and orbax's write-then-rename leaves the earlier ones whole.
 * :class:`NonFiniteSteps` -- the train step leaves the state unchanged when its loss,
-  gradients or results are not finite (``train.train_step``); this counts those steps and
+  gradients or results are not finite (``step.train_step``); this counts those steps and
   stops the run after ``train.max_nonfinite_in_a_row`` in a row when ``train.nonfinite`` is
   "stop".
 * :func:`check_workdir` -- an unwritable workdir, or one whose file system cannot hold the

@@ -4,7 +4,7 @@ Known accelerators use their published dense bf16 peak; on a CPU (or anything un
 peak is measured with a matmul probe in the running process, so MFU compares the train
 step with the best the same process achieves on one large matmul. A probe taken while
 something else loads the machine reads low; the train loop probes again during the run and
-keeps the best (``train.MfuMeter``).
+keeps the best (``meters.MfuMeter``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,89 @@
+"""What a run reports besides its step metrics: BLEU of validation sentences as it trains,
+the test sentences decoded at the end (both BLEUs, the hypotheses and references written,
+samples), and the hyperparameters TensorBoard shows."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+import ml_collections
+
+from transformer_jax import config as config_lib
+from transformer_jax.data import sources, tokenizer as tokenizer_lib
+from transformer_jax.decoding import decode
+from transformer_jax.evaluation import bleu, translation
+from transformer_jax.io import layout, metric_keys, storage, workdirs
+from transformer_jax.io.logs import MetricWriter
+from transformer_jax.model.spec import TransformerConfig
+
+
+def validation_bleu(config: ml_collections.ConfigDict, model_config: TransformerConfig,
+                    params: Any, tokenizer: tokenizer_lib.Tokenizer,
+                    source: Any) -> dict[str, float]:
+    """sacreBLEU of the first ``train.bleu_sentences`` of the validation split, decoded as
+    ``config.decode`` says."""
+    pairs = [source[i] for i in range(min(config.train.bleu_sentences, len(source)))]
+    hyps = translation.translate(params, model_config, tokenizer, [s for s, _ in pairs],
+                                 decode.DecodeConfig.from_config(config.decode))
+    return {metric_keys.BLEU: bleu.bleu(hyps, [t for _, t in pairs])[0]}
+
+
+# The end-of-training test hypotheses and their references, one sentence a line (relative to
+# the workdir): for significance tests between runs.
+FINAL_HYPOTHESES = "eval/test-final.hyp.txt"
+FINAL_REFERENCES = "eval/test-final.ref.txt"
+
+
+def final_translations(config: ml_collections.ConfigDict, model_config: TransformerConfig,
+                       params: Any, tokenizer: tokenizer_lib.Tokenizer, writer: MetricWriter,
+                       step: int, workdir: storage.Path, is_chief: bool = True) -> dict[str, Any]:
+    """Decodes the first sentences of the test split: both BLEUs, the hypotheses and
+    references written to FINAL_HYPOTHESES and FINAL_REFERENCES, and a few samples."""
+    test = sources.get_source(config.data, "test")
+    n = min(max(config.train.bleu_sentences, config.train.samples), len(test))
+    pairs = [test[i] for i in range(n)]
+    start = time.time()
+    decoding = decode.DecodeConfig.from_config(config.decode)
+    hyps = translation.translate(params, model_config, tokenizer, [s for s, _ in pairs],
+                                 decoding)
+    refs = [t for _, t in pairs]
+    result: dict[str, Any] = {}
+    if config.train.bleu_sentences:
+        score, signature = bleu.bleu(hyps, refs)
+        tokenized, tokenized_signature = bleu.tokenized_bleu(hyps, refs,
+                                                             config.data.target_lang)
+        k = metric_keys
+        result = {k.TEST_BLEU: score, k.BLEU_SIGNATURE: signature,
+                  k.TEST_BLEU_TOKENIZED: tokenized,
+                  k.BLEU_TOKENIZED_SIGNATURE: tokenized_signature, k.BLEU_SENTENCES: n,
+                  k.TEST_HYPOTHESES: FINAL_HYPOTHESES, k.TEST_REFERENCES: FINAL_REFERENCES}
+        if is_chief:
+            (workdir / "eval").mkdir(exist_ok=True)
+            for name, lines in ((FINAL_HYPOTHESES, hyps), (FINAL_REFERENCES, refs)):
+                storage.write_atomically(workdir / name, "".join(
+                    line.replace("\n", " ") + "\n" for line in lines))
+        writer.write(k.TEST, step, {k.BLEU: score, k.BLEU_TOKENIZED: tokenized})
+        logging.info("test BLEU %.2f (tokenized, compound-split: %.2f) on %d sentences (%s, "
+                     "%.1fs)  %s", score, tokenized, n,
+                     translation.describe(dataclasses.asdict(decoding)), time.time() - start,
+                     signature)
+    for (src, ref), hyp in list(zip(pairs, hyps, strict=True))[: config.train.samples]:
+        writer.sample(src, ref, hyp)
+    return result
+
+
+def hparams(config: ml_collections.ConfigDict, workdir: storage.Path) -> dict[str, Any]:
+    """The hyperparameters TensorBoard shows for this run: the values its sweep point swept
+    (``sweep_point.json``) and its seeds, or the Table 3 quantities and seeds of a run
+    outside a sweep."""
+    record = workdirs.read_json(workdir / layout.SWEEP_POINT) or {}
+    values = dict(record.get("fields") or {})
+    if not values:
+        values = {q: config_lib.quantity(config, q) for q in config_lib.QUANTITIES}
+    values.pop("seed", None)
+    values.update({f: config_lib.get_field(config, f) for f in config_lib.SEED_FIELDS})
+    values.setdefault("variant", config.variant)
+    return values
