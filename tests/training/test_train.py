@@ -1,5 +1,5 @@
-"""Training: the schedule, label smoothing, the pmapped step, the meters, checkpoints and
-the final evaluation."""
+"""Training: label smoothing, the pmapped step, the meters, checkpoints and the final
+evaluation."""
 
 import functools
 import json
@@ -19,28 +19,10 @@ from transformer_jax.io import checkpoints, layout
 from transformer_jax.model import params
 from transformer_jax.model.losses import label_smoothed_cross_entropy
 from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.training import meters, optimizer, train
+from transformer_jax.training import meters, train
 from transformer_jax.training.step import create_train_state
 
 from ..helpers import TINY, random_batch, run_steps, tiny_config
-
-
-@pytest.mark.parametrize("step,expected", [
-    (1, 512 ** -0.5 * 4000 ** -1.5),  # 1.747e-7: warmup starts near zero
-    (1000, 512 ** -0.5 * 1000 * 4000 ** -1.5),  # linear warmup
-    (4000, 512 ** -0.5 * 4000 ** -0.5),  # the peak, 6.99e-4
-    (16000, 512 ** -0.5 * 16000 ** -0.5),  # inverse square root decay
-])
-def test_schedule_values(step, expected):
-    schedule = optimizer.learning_rate_schedule(512, 4000)
-    assert float(schedule(step - 1)) == pytest.approx(expected, rel=1e-5)
-
-
-def test_schedule_peak_for_base():
-    schedule = optimizer.learning_rate_schedule(512, 4000)
-    assert float(schedule(3999)) == pytest.approx(6.988e-4, rel=1e-3)
-    assert float(schedule(3999)) > float(schedule(3998))
-    assert float(schedule(3999)) > float(schedule(4000))
 
 
 def smoothed_target(vocab, eps, label):

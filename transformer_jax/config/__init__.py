@@ -18,7 +18,7 @@ A config is a ``ml_collections.ConfigDict`` with five sections (``defaults.py``)
 
 * ``model``  -- the architecture (names as in the paper: ``d_model``, ``d_ff``, ``num_heads``...)
 * ``data``   -- which dataset, vocabulary and batching
-* ``optim``  -- Adam and the warmup schedule
+* ``optim``  -- Adam and the learning-rate schedule (the paper's warmup by default)
 * ``train``  -- steps, label smoothing, logging, checkpoints, parallelism
 * ``decode`` -- decoding strategy (the paper's beam search by default)
 

@@ -68,8 +68,14 @@ def base_config() -> ml_collections.ConfigDict:
     o.b1 = 0.9
     o.b2 = 0.98
     o.eps = 1e-9
+    # The learning-rate schedule: a module of transformer_jax/training/schedules/ (or of a
+    # directory of TRANSFORMER_JAX_SCHEDULES), which checks the name. "rsqrt_warmup" is the
+    # paper's, d_model^-0.5 * min(step^-0.5, step * warmup^-1.5); "warmup_cosine" decays from
+    # the same peak to min_lr_ratio of it.
+    o.schedule = "rsqrt_warmup"
     o.warmup_steps = 4000
-    o.lr_scale = 1.0  # multiplies d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    o.lr_scale = 1.0  # multiplies the schedule's learning rate
+    o.min_lr_ratio = 0.1  # warmup_cosine: the rate at the last step, as a fraction of the peak
     o.grad_accum_steps = 1
 
     c.train = t = ml_collections.ConfigDict()

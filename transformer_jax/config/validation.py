@@ -32,7 +32,7 @@ CHOICES: dict[str, Collection[str]] = {
 }
 
 # Fields holding strings without a fixed set of values ("" allowed where it means a default).
-STRINGS = ("variant", "data.data_dir", "data.source_lang", "data.target_lang",
+STRINGS = ("variant", "optim.schedule", "data.data_dir", "data.source_lang", "data.target_lang",
            "data.train_files", "data.eval_files", "data.test_files")
 BOOLS = ("model.share_embeddings", "model.remat", "data.packing")
 # Integer fields and their lowest allowed value.
@@ -61,6 +61,7 @@ FLOATS: dict[str, tuple[float, float, bool, bool]] = {
     "optim.b2": (0.0, 1.0, False, True),
     "optim.eps": (0.0, math.inf, True, False),
     "optim.lr_scale": (0.0, math.inf, True, False),
+    "optim.min_lr_ratio": (0.0, 1.0, False, False),
     "decode.alpha": (0.0, math.inf, False, False),
     "decode.temperature": (0.0, math.inf, False, False),
     "decode.top_p": (0.0, 1.0, True, False),

@@ -55,6 +55,9 @@ def point_config(sweep: Sweep, point: Point, scale: str = "paper",
             c.train.bleu_every = c.train.num_steps if c.train.bleu_sentences else 0
         c.train.visualize_sentences = ()  # sweeps draw no pictures
         config_lib.validate(c)
+        from transformer_jax.training import schedules  # its schedules import JAX
+
+        schedules.check(c)
     except UserError as e:
         message = str(e) if str(e).startswith("point ") else f"point {point.name}: {e}"
         raise ConfigError(message) from e

@@ -17,8 +17,8 @@ from transformer_jax.model.losses import batch_sums, label_smoothed_cross_entrop
 from transformer_jax.model.params import init_params
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import Transformer
-from transformer_jax.training import parallel
-from transformer_jax.training.optimizer import make_optimizer, schedule_of
+from transformer_jax.training import parallel, schedules
+from transformer_jax.training.optimizer import make_optimizer
 
 
 class TrainState(train_state.TrainState):
@@ -83,7 +83,7 @@ def eval_step(params: Any, batch: dict[str, jax.Array], *, model: Transformer,
 
 def create_train_state(config: ml_collections.ConfigDict, model_config: TransformerConfig,
                        key: jax.Array) -> TrainState:
-    tx = make_optimizer(config.optim, model_config.d_model)
+    tx = make_optimizer(config, model_config.d_model)
     model = Transformer(model_config)
     return TrainState.create(apply_fn=model.apply, params=init_params(model_config, key), tx=tx)
 
@@ -94,7 +94,7 @@ def make_executor(config: ml_collections.ConfigDict, model_config: TransformerCo
     "sharded")."""
     train_fn = functools.partial(train_step, model=Transformer(model_config),
                                  label_smoothing=config.train.label_smoothing,
-                                 schedule=schedule_of(config.optim, model_config.d_model),
+                                 schedule=schedules.schedule_of(config, model_config.d_model),
                                  grad_accum_steps=config.optim.grad_accum_steps)
     eval_fn = functools.partial(eval_step,
                                 model=Transformer(model_config.replace(deterministic=True)),

@@ -4,9 +4,9 @@
 checkpoint in ``workdir``, evaluates on the validation split as it goes, and at the end
 decodes part of the test split for BLEU and sample translations.
 
-The optimizer and its schedule are optimizer.py's, the train state and the compiled steps
-step.py's, the meters of the log lines meters.py's, the BLEU and translations a run reports
-results.py's.
+The optimizer (optimizer.py) follows a learning-rate schedule (schedules/); the train state
+and the compiled steps are step.py's, the meters of the log lines meters.py's, the BLEU and
+translations a run reports results.py's.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from transformer_jax.io import checkpoints, layout, metric_keys, provenance, sto
 from transformer_jax.io.logs import MetricWriter
 from transformer_jax.model import params as params_lib
 from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.training import faults, parallel, results
+from transformer_jax.training import faults, parallel, results, schedules
 from transformer_jax.training.meters import CheckpointClock, LogWindow, MfuMeter, Profile
 from transformer_jax.training.step import checkpoint_bytes, create_train_state, make_executor
 
@@ -55,14 +55,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: storage.PathL
     else is written there.
     """
     config_lib.validate(config)
+    schedules.check(config)  # the schedule's name and settings, which the config cannot know
     workdir = storage.path(workdir)
     faults.check_workdir(workdir, checkpoint_bytes(config), config.train.keep_checkpoints)
     is_chief = jax.process_index() == 0
     with workdirs.Hold(workdir, enabled=is_chief):
         resuming = (bool(workdirs.checkpoint_steps_on_disk(workdir))
                     or tokenizer_lib.vocab_path(workdir).exists())
-        resume.remember_config(workdir, json.loads(config.to_json_best_effort()), resuming,
-                                 write=is_chief)
+        changes = resume.remember_config(workdir, json.loads(config.to_json_best_effort()),
+                                         resuming, write=is_chief)
+        moved = schedules.changed_by(config, changes)
+        if moved and workdirs.checkpoint_steps_on_disk(workdir):
+            logging.warning("warning: %s changed since the last run: the steps to come follow "
+                            "another learning-rate schedule than those before", ", ".join(moved))
         run = Run(config, workdir)
         with faults.StopSignals(multiprocess=jax.process_count() > 1) as signals:
             finished = run.train(signals)
@@ -140,6 +145,8 @@ class Run:
                      "tokens on %d device(s), %s", c.variant, c.scale, n_params,
                      self.tokenizer.vocab_size, self.rows, self.row_len, self.global_devices,
                      self.executor.kind)
+        logging.info("learning rate: %s (%s)", c.optim.schedule, ", ".join(
+            f"{field} {value}" for field, value in schedules.settings(c).items()))
 
     def _due(self, every: int) -> bool:
         return self.step % (every * self.accum) == 0 or self.step == self.total_steps

@@ -1,0 +1,113 @@
+"""Learning-rate schedules, one module each, found by name.
+
+``optim.schedule`` names a module of this package: "warmup_cosine" is
+``transformer_jax.training.schedules.warmup_cosine``. The directories listed in the
+environment variable ``TRANSFORMER_JAX_SCHEDULES`` (separated by ``os.pathsep``) are searched
+too, so that a schedule written elsewhere is one file there. The schedules here:
+
+* ``rsqrt_warmup`` -- the paper's (section 5.3), the default: linear warmup, then decay with
+  the inverse square root of the step;
+* ``warmup_cosine`` -- linear warmup to the paper's peak, then cosine decay to a floor.
+
+A schedule module defines
+
+* ``FIELDS`` -- the dotted config fields it reads (``"optim.warmup_steps"``,
+  ``"train.num_steps"``): :func:`check` makes sure the config has them, the run's log
+  shows their values, and a resumed run that changes one is warned that its learning rate
+  changes with it;
+* ``make(config, d_model)`` -- the learning rate as a function of the step, 1 for the first
+  update (the paper's numbering), built with optax's schedules where they fit. It raises
+  ConfigError, naming the fields, for settings it cannot follow.
+
+Modules whose names start with "_" are not schedules. The config cannot import this package
+(it is a lower layer), so the name is checked here: :func:`check`, which the training run
+calls before it writes anything and a sweep for each of its points.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import pkgutil
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any
+
+import ml_collections
+
+from transformer_jax.errors import ConfigError
+
+# The config field that names a schedule, and the variable naming more directories of them.
+FIELD = "optim.schedule"
+PATH_VARIABLE = "TRANSFORMER_JAX_SCHEDULES"
+
+__path__ += [d for d in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if d]
+
+
+def names() -> tuple[str, ...]:
+    """Every schedule's name, alphabetically."""
+    return _names(tuple(__path__))
+
+
+@functools.cache
+def _names(path: tuple[str, ...]) -> tuple[str, ...]:
+    for directory in path:
+        if not os.path.isdir(directory):
+            raise ConfigError(f"{PATH_VARIABLE}: {directory} is not a directory")
+    return tuple(sorted(m.name for m in pkgutil.iter_modules(list(path))
+                        if not m.ispkg and not m.name.startswith("_")))
+
+
+def get(name: str) -> ModuleType:
+    """The schedule module ``name``; ConfigError naming the field and the known schedules if
+    there is none."""
+    known = names()
+    if name not in known:
+        raise ConfigError(f"{FIELD}={name!r} is not one of {', '.join(known)}")
+    module = importlib.import_module(f"{__name__}.{name}")
+    if not callable(getattr(module, "make", None)) or not isinstance(
+            getattr(module, "FIELDS", None), tuple):
+        raise ConfigError(f"{FIELD}={name!r}: {module.__file__} must define make(config, "
+                          "d_model) and FIELDS (a tuple of the config fields it reads)")
+    return module
+
+
+def _value(config: ml_collections.ConfigDict, field: str) -> Any:
+    node: Any = config
+    for part in field.split("."):
+        if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+            raise ConfigError(f"{FIELD}={config.optim.schedule!r} reads {field}, a field the "
+                              "config does not have")
+        node = node[part]
+    return node
+
+
+def settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """The values of the fields the config's schedule reads: {"optim.warmup_steps": 4000,
+    ...}."""
+    return {f: _value(config, f) for f in get(config.optim.schedule).FIELDS}
+
+
+def check(config: ml_collections.ConfigDict) -> ModuleType:
+    """Raises ConfigError (naming the field) unless the config's schedule exists, has the
+    fields it reads and can follow their values; returns its module. The training run calls
+    it before anything is written to the workdir, a sweep for each of its points."""
+    module = get(config.optim.schedule)
+    settings(config)
+    module.make(config, config.model.d_model)
+    return module
+
+
+def schedule_of(config: ml_collections.ConfigDict, d_model: int) -> Callable[[Any], Any]:
+    """The learning rate the optimizer follows and the train step logs, as a function of
+    optax's update count (0 for the first update)."""
+    rate = get(config.optim.schedule).make(config, d_model)
+    return lambda count: rate(count + 1)
+
+
+def changed_by(config: ml_collections.ConfigDict,
+               changes: Mapping[str, Any]) -> list[str]:
+    """The fields among ``changes`` (a resumed run's, ``resume.remember_config``) that change
+    the config's learning-rate schedule: optim.schedule itself and the fields it reads."""
+    return [f for f in (FIELD, *get(config.optim.schedule).FIELDS) if f in changes]
