@@ -13,12 +13,12 @@ import pytest
 from transformer_jax.config import resume
 from transformer_jax.data import sources, text
 from transformer_jax.errors import DataError, UserError
-from transformer_jax.io import checkpoints, storage, workdirs
+from transformer_jax.io import checkpoints, layout, storage, workdirs
 from transformer_jax.sweeps import report as compare
 from transformer_jax.sweeps.experiment import load_experiment
 from transformer_jax.sweeps.run import run_sweep
 from transformer_jax.sweeps.status import status_lines
-from transformer_jax.training import faults, results, train
+from transformer_jax.training import faults, train
 
 from ..helpers import ROOT, tiny_config, tiny_experiment
 
@@ -170,7 +170,7 @@ def test_a_run_in_a_bucket_stopped_and_resumed_gives_the_losses_of_a_local_run(
     assert workdirs.checkpoint_steps_on_disk(workdir) == [7, 10, 12]
     run = storage.path(workdir)
     for name in ("config.json", "final_metrics.json", "provenance.json", "vocab/spm.model",
-                 results.FINAL_HYPOTHESES, results.FINAL_REFERENCES):
+                 layout.FINAL_HYPOTHESES, layout.FINAL_REFERENCES):
         assert (run / name).exists(), name
     assert [p.name for p in (run / "tb").iterdir() if p.name.startswith("events")]
     assert not (run / workdirs.HOLD_FILE).exists()

@@ -36,7 +36,7 @@ from transformer_jax.evaluation.bleu import bleu, tokenized_bleu
 from transformer_jax.evaluation.perplexity import split_perplexity
 from transformer_jax.evaluation.restore import load_workdir
 from transformer_jax.evaluation.translation import translate
-from transformer_jax.io import storage
+from transformer_jax.io import layout, storage
 
 
 def evaluate_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDict, split: str,
@@ -69,7 +69,7 @@ def evaluate_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDic
         "tokenized_bleu": tok, "tokenized_bleu_signature": tok_signature,
         "decode": dataclasses.asdict(decoding), "seconds": time.time() - start,
     }
-    out = storage.path(workdir) / "eval"
+    out = storage.path(workdir) / layout.EVAL
     out.mkdir(exist_ok=True)
     tag = f"beam{decoding.beam_size}" if decoding.strategy == "beam" else decoding.strategy
     name = f"{split}-avg{len(loaded.steps)}-{tag}"

@@ -14,6 +14,8 @@ A workdir (one training run)::
       hold.json              the live run's claim on the workdir (HOLD)
       tb/                    TensorBoard event files (TENSORBOARD)
       sweep_point.json       a sweep's record of the point and its attempts (SWEEP_POINT)
+      eval/                  translations and scores of evaluations (EVAL); the end of
+                             training's test translations (FINAL_HYPOTHESES, FINAL_REFERENCES)
       pictures/, profile/    attention pictures (PICTURES), profiler traces (PROFILE)
 
 A sweep root holds ``sweep.json`` (SWEEP) and one workdir a point.
@@ -31,6 +33,9 @@ PROVENANCE = "provenance.json"
 HOLD = "hold.json"
 TENSORBOARD = "tb"
 SWEEP_POINT = "sweep_point.json"
+EVAL = "eval"
+FINAL_HYPOTHESES = f"{EVAL}/test-final.hyp.txt"
+FINAL_REFERENCES = f"{EVAL}/test-final.ref.txt"
 PICTURES = "pictures"
 PROFILE = "profile"
 SWEEP = "sweep.json"

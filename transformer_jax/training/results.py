@@ -33,15 +33,13 @@ def validation_bleu(config: ml_collections.ConfigDict, model_config: Transformer
 
 # The end-of-training test hypotheses and their references, one sentence a line (relative to
 # the workdir): for significance tests between runs.
-FINAL_HYPOTHESES = "eval/test-final.hyp.txt"
-FINAL_REFERENCES = "eval/test-final.ref.txt"
 
 
 def final_translations(config: ml_collections.ConfigDict, model_config: TransformerConfig,
                        params: Any, tokenizer: tokenizer_lib.Tokenizer, writer: MetricWriter,
                        step: int, workdir: storage.Path, is_chief: bool = True) -> dict[str, Any]:
     """Decodes the first sentences of the test split: both BLEUs, the hypotheses and
-    references written to FINAL_HYPOTHESES and FINAL_REFERENCES, and a few samples."""
+    references written to layout.FINAL_HYPOTHESES and layout.FINAL_REFERENCES, and a few samples."""
     test = sources.get_source(config.data, "test")
     n = min(max(config.train.bleu_sentences, config.train.samples), len(test))
     pairs = [test[i] for i in range(n)]
@@ -59,10 +57,11 @@ def final_translations(config: ml_collections.ConfigDict, model_config: Transfor
         result = {k.TEST_BLEU: score, k.BLEU_SIGNATURE: signature,
                   k.TEST_BLEU_TOKENIZED: tokenized,
                   k.BLEU_TOKENIZED_SIGNATURE: tokenized_signature, k.BLEU_SENTENCES: n,
-                  k.TEST_HYPOTHESES: FINAL_HYPOTHESES, k.TEST_REFERENCES: FINAL_REFERENCES}
+                  k.TEST_HYPOTHESES: layout.FINAL_HYPOTHESES,
+                  k.TEST_REFERENCES: layout.FINAL_REFERENCES}
         if is_chief:
-            (workdir / "eval").mkdir(exist_ok=True)
-            for name, lines in ((FINAL_HYPOTHESES, hyps), (FINAL_REFERENCES, refs)):
+            (workdir / layout.EVAL).mkdir(exist_ok=True)
+            for name, lines in ((layout.FINAL_HYPOTHESES, hyps), (layout.FINAL_REFERENCES, refs)):
                 storage.write_atomically(workdir / name, "".join(
                     line.replace("\n", " ") + "\n" for line in lines))
         writer.write(k.TEST, step, {k.BLEU: score, k.BLEU_TOKENIZED: tokenized})
