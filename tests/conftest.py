@@ -1,11 +1,23 @@
-"""Test set-up: 8 fake CPU devices for the parallel tests, and the local Google Cloud
-Storage's address for the storage tests (both set before JAX or a storage client is
-imported; the storage server starts only when a test asks for a bucket)."""
+"""Test set-up: 8 fake CPU devices for the parallel tests, JAX's persistent compilation
+cache, and the local Google Cloud Storage's address for the storage tests (all set before JAX
+or a storage client is imported; the storage server starts only when a test asks for a
+bucket)."""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# Compiled programs are kept on disk, in .pytest_cache/jax-compilation of the checkout, by
+# the session, its xdist workers and every command the tests start (they inherit the
+# environment): the same tiny models are compiled again and again, by test after test and
+# run after run. Every program is kept, however fast it compiled. Set
+# JAX_COMPILATION_CACHE_DIR to put the cache elsewhere; delete the folder to start cold.
+COMPILATION_CACHE = Path(__file__).resolve().parents[1] / ".pytest_cache" / "jax-compilation"
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(COMPILATION_CACHE))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 from . import gcs_emulator  # noqa: E402
 
