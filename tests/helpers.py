@@ -116,7 +116,7 @@ def tiny_experiment(path, data_dir, points=TINY_POINTS):
     """Writes an experiment file 'tiny' over label smoothing (eps_ls) with tiny_overrides;
     ``points`` is the Python source of its points (dicts). Returns the path as a string."""
     path.write_text(
-        "from transformer_jax.sweep import Sweep\n"
+        "from transformer_jax.sweeps.sweep import Sweep\n"
         "def get_sweep(arg=None):\n"
         f"    return Sweep('tiny', 'configs/table3.py', [{points}], parameter='eps_ls',\n"
         f"                 overrides={tiny_overrides(data_dir)!r})\n")

@@ -148,8 +148,8 @@ def test_launchers_commands():
 def test_unknown_variant_or_field_is_refused_in_one_line(tmp_path):
     experiment = tmp_path / "bad.py"
     experiment.write_text(
-        "from transformer_jax import hyper\n"
-        "from transformer_jax.sweep import Sweep\n"
+        "from transformer_jax.sweeps import hyper\n"
+        "from transformer_jax.sweeps.sweep import Sweep\n"
         "def get_sweep(arg=None):\n"
         "    return Sweep('bad', 'configs/table3.py', hyper.sweep('variant', ['base', 'A_h3']))\n")
     with pytest.raises(ConfigError, match=r"point A_h3: unknown variant 'A_h3'; known: base"):
