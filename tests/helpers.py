@@ -121,21 +121,3 @@ def tiny_experiment(path, data_dir, points=TINY_POINTS):
         f"    return Sweep('tiny', 'configs/table3.py', [{points}], parameter='eps_ls',\n"
         f"                 overrides={tiny_overrides(data_dir)!r})\n")
     return str(path)
-
-
-_TRAINED: dict[str, object] = {}
-
-
-def trained_workdir(tmp_path_factory, data_dir):
-    """A tiny run trained once per test session (30 steps, a checkpoint every 10, the last 3
-    kept, validation BLEU of 8 sentences every 10 steps): for the decoding commands."""
-    key = str(data_dir)
-    if key not in _TRAINED:
-        from transformer_jax.training import train
-
-        workdir = tmp_path_factory.mktemp("trained")
-        config = tiny_config(data_dir, num_steps=30, checkpoint_every=10, keep_checkpoints=3,
-                             eval_every=30, bleu_every=10, bleu_sentences=8)
-        train.train_and_evaluate(config, workdir)
-        _TRAINED[key] = workdir
-    return _TRAINED[key]

@@ -3,6 +3,7 @@
 import functools
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,8 +22,6 @@ from transformer_jax.evaluation import evaluate
 from transformer_jax.io import layout, workdirs
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import train
-
-from ..helpers import trained_workdir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,8 +107,8 @@ def test_split_perplexity_agrees_with_the_training_loop():
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, builtin_data_dir):
-    return trained_workdir(tmp_path_factory, builtin_data_dir)
+def workdir(trained_workdir):
+    return trained_workdir
 
 
 @pytest.fixture
@@ -136,7 +135,8 @@ def test_translate_keeps_order_and_empty_lines(workdir, run_config):
     assert one_by_one == whole[:2]
 
 
-def test_evaluate_averages_and_writes_hypotheses_and_scores(workdir, run_config):
+def test_evaluate_averages_and_writes_hypotheses_and_scores(workdir, run_config, tmp_path):
+    workdir = shutil.copytree(workdir, tmp_path / "run")  # the evaluation writes into it
     run_config.decode.strategy = "greedy"
     result = evaluate.evaluate_workdir(workdir, run_config, "test", average=3, limit=24)
     assert result["checkpoints"] == [10, 20, 30] and result["sentences"] == 24
@@ -177,7 +177,8 @@ def test_evaluate_averages_the_configs_number_or_what_the_workdir_holds(workdir,
     assert latest.steps == [30] and latest.notes == []
 
 
-def test_evaluate_command(workdir):
+def test_evaluate_command(workdir, tmp_path):
+    workdir = shutil.copytree(workdir, tmp_path / "run")  # the evaluation writes into it
     out = subprocess.run(
         [sys.executable, "-m", "transformer_jax.evaluate", f"--workdir={workdir}",
          "--split=validation", "--average=2", "--limit=16", "--config.decode.beam_size=2"],

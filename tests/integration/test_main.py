@@ -36,12 +36,9 @@ def test_short_run_lowers_the_loss(tmp_path, builtin_data_dir):
     assert any((tmp_path / layout.TENSORBOARD).iterdir())
 
 
-def test_resumed_run_repeats_an_uninterrupted_one(tmp_path, builtin_data_dir):
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    train.train_and_evaluate(tiny_config(builtin_data_dir, num_steps=20, log_every=1), straight)
-    # "Interrupt" after 10 steps, then run the same command to 20.
-    train.train_and_evaluate(tiny_config(builtin_data_dir, num_steps=10, log_every=1), stopped)
-    train.train_and_evaluate(tiny_config(builtin_data_dir, num_steps=20, log_every=1), stopped)
+def test_resumed_run_repeats_an_uninterrupted_one(straight_run, resumed_run):
+    # "Interrupted" after 10 steps, then the same command run to 20.
+    straight, stopped = straight_run, resumed_run
     # config.json keeps the settings the run started with; the resume's change is recorded.
     assert json.loads((stopped / layout.CONFIG).read_text())["train"]["num_steps"] == 10
     changes = [json.loads(line)["changes"]

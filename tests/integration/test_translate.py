@@ -16,14 +16,12 @@ from transformer_jax.decoding import decode
 from transformer_jax.errors import DataError
 from transformer_jax.evaluation import evaluate
 
-from ..helpers import trained_workdir
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, builtin_data_dir):
-    return trained_workdir(tmp_path_factory, builtin_data_dir)
+def workdir(trained_workdir):
+    return trained_workdir
 
 
 def command(workdir, *args, stdin=None):
