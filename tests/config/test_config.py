@@ -2,8 +2,6 @@
 
 import math
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import ml_collections
@@ -12,6 +10,8 @@ import pytest
 from transformer_jax import config as config_lib
 from transformer_jax.errors import ConfigError
 from transformer_jax.training import train
+
+from ..helpers import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE3_VARIANTS = ["base", "A_h1", "A_h4", "A_h16", "A_h32", "B_dk16", "B_dk32", "C_N2", "C_N4",
@@ -112,8 +112,7 @@ def test_unknown_variant_and_dataset():
     (["--config=configs/missing.py"], "error: --config: no config file configs/missing.py"),
 ])
 def test_command_line_errors_are_one_line(args, message):
-    result = subprocess.run([sys.executable, "-m", "transformer_jax.params", *args], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = run_command("params", *args)
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
@@ -310,13 +309,8 @@ def test_big_on_en_fr_gets_the_papers_en_fr_settings_from_the_command_line():
     back = config_lib.apply_overrides(mine, {"data.name": "wmt14_ende"})
     assert (back.model.dropout_rate, back.data.target_lang, back.data.vocab_size) == (
         0.3, "de", 16000)
-    args = ["-m", "transformer_jax.params", "--config=configs/big.py",
-            "--config.data.name=wmt14_enfr"]
-    enfr = subprocess.run([sys.executable, "-m", "transformer_jax.params",
-                           "--config=configs/wmt14_enfr.py:big"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    switched = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True,
-                              text=True, timeout=300)
+    enfr = run_command("params", "--config=configs/wmt14_enfr.py:big")
+    switched = run_command("params", "--config=configs/big.py", "--config.data.name=wmt14_enfr")
     assert switched.returncode == enfr.returncode == 0, switched.stderr[-500:]
     # The same model, vocabulary 32,000 included: the same parameter count.
     assert switched.stdout == enfr.stdout

@@ -23,6 +23,8 @@ from transformer_jax.io import layout, workdirs
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import train
 
+from ..helpers import run_command
+
 ROOT = Path(__file__).resolve().parents[2]
 
 HYPS = ["Die Rich-Text-Datei wurde gestern geöffnet.",
@@ -178,6 +180,7 @@ def test_evaluate_averages_the_configs_number_or_what_the_workdir_holds(workdir,
 
 
 def test_evaluate_command(workdir, tmp_path):
+    # The one run of the evaluate command in a process of its own.
     workdir = shutil.copytree(workdir, tmp_path / "run")  # the evaluation writes into it
     out = subprocess.run(
         [sys.executable, "-m", "transformer_jax.evaluate", f"--workdir={workdir}",
@@ -195,9 +198,7 @@ def test_evaluate_command(workdir, tmp_path):
                for line in lines)
     saved = json.loads((workdir / "eval" / "validation-avg2-beam2.json").read_text())
     assert saved["decode"]["beam_size"] == 2 and saved["checkpoints"] == [20, 30]
-    bad = subprocess.run(
-        [sys.executable, "-m", "transformer_jax.evaluate", f"--workdir={workdir}",
-         "--average=9"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    bad = run_command("evaluate", f"--workdir={workdir}", "--average=9")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1].startswith(
         "error: cannot average the last 9 checkpoints")

@@ -3,7 +3,6 @@ the commands reproduce them; points run, resume, are skipped when finished; bad 
 refused in one line."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,8 @@ from transformer_jax import config as config_lib
 from transformer_jax.errors import ConfigError
 from transformer_jax.io import workdirs
 from transformer_jax.sweeps import hyper, sweep as sweep_lib
+
+from ..helpers import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADS = ROOT / "experiments" / "heads_ablation.py"
@@ -156,9 +157,7 @@ def test_unknown_variant_or_field_is_refused_in_one_line(tmp_path):
         expand(str(experiment))
     with pytest.raises(ConfigError, match="point A_h1: unknown config field model.heads"):
         expand(str(HEADS), overrides={"model.heads": 3})
-    run = subprocess.run(
-        [sys.executable, "-m", "transformer_jax.sweep", str(experiment),
-         f"--root={tmp_path / 'root'}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    run = run_command("sweep", str(experiment), f"--root={tmp_path / 'root'}")
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1].startswith(
         "error: point A_h3: unknown variant 'A_h3'; known: base, A_h1,")
@@ -272,10 +271,7 @@ def test_sweep_refuses_bad_flags_in_one_line(tmp_path):
                           (["--launcher=tpu", "--parallel=2"],
                            "error: --launcher=tpu runs one point at a time"),
                           (["--launcher=ssh"], "error: flag --launcher=ssh")]:
-        run = subprocess.run([sys.executable, "-m", "transformer_jax.sweep", str(HEADS),
-                              f"--root={tmp_path}", "--dry_run", *args], cwd=ROOT,
-                             capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "TRANSFORMER_JAX_TRACEBACK": ""})
+        run = run_command("sweep", str(HEADS), f"--root={tmp_path}", "--dry_run", *args)
         assert run.returncode != 0
         assert run.stderr.strip().splitlines()[-1].startswith(message), run.stderr[-500:]
 
