@@ -222,6 +222,38 @@ def test_every_value_out_of_range_is_refused_naming_the_field_and_the_range(path
         config_lib.validate(c)
 
 
+# The ranges themselves, written out: a bound wrong in the tables above is wrong here too.
+@pytest.mark.parametrize("path,value,message", [
+    ("model.num_layers", 0, "model.num_layers=0 must be an integer >= 1"),
+    ("train.keep_checkpoints", 0, "train.keep_checkpoints=0 must be an integer >= 1"),
+    ("decode.beam_size", 0, "decode.beam_size=0 must be an integer >= 1"),
+    ("data.row_len", -1, "data.row_len=-1 must be an integer >= 0"),
+    ("train.seed", -1, "train.seed=-1 must be an integer >= 0"),
+    ("decode.max_len_offset", -1, "decode.max_len_offset=-1 must be an integer >= 0"),
+    ("model.dropout_rate", 1.0, "model.dropout_rate=1.0 must be a number in [0.0, 1.0)"),
+    ("model.dropout_rate", math.nan, "model.dropout_rate=nan must be a number in [0.0, 1.0)"),
+    ("train.label_smoothing", -0.5,
+     "train.label_smoothing=-0.5 must be a number in [0.0, 1.0)"),
+    ("optim.b2", 1.0, "optim.b2=1.0 must be a number in [0.0, 1.0)"),
+    ("optim.eps", 0.0, "optim.eps=0.0 must be a number in (0.0, inf]"),
+    ("optim.lr_scale", -1.0, "optim.lr_scale=-1.0 must be a number in (0.0, inf]"),
+    ("decode.top_p", 1.5, "decode.top_p=1.5 must be a number in (0.0, 1.0]"),
+    ("decode.alpha", -0.5, "decode.alpha=-0.5 must be a number in [0.0, inf]"),
+    ("train.peak_flops", -1.0, "train.peak_flops=-1.0 must be a number in [0.0, inf]"),
+    ("model.norm", "mid", "model.norm='mid' is not one of post, pre"),
+    ("model.positions", "rotary", "model.positions='rotary' is not one of sinusoidal, learned"),
+    ("model.dtype", "float16", "model.dtype='float16' is not one of float32, bfloat16"),
+    ("decode.strategy", "nucleus", "decode.strategy='nucleus' is not one of greedy, beam, "
+                                   "sample"),
+    ("train.nonfinite", "ignore", "train.nonfinite='ignore' is not one of skip, stop"),
+])
+def test_ranges_of_representative_fields_written_out(path, value, message):
+    c = config_lib.build("base")
+    set_field(c, path, value)
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        config_lib.validate(c)
+
+
 def test_bad_values_are_refused_before_anything_is_compiled(tmp_path):
     c = config_lib.build("base")
     c.train.max_nonfinite_in_a_row = 0
