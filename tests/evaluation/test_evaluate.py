@@ -204,10 +204,27 @@ def test_evaluate_command(workdir, tmp_path):
         "error: cannot average the last 9 checkpoints")
 
 
-def test_training_logs_validation_bleu(workdir):
+def test_training_logs_validation_bleu(workdir, run_config):
     evals = workdirs.read_metrics(workdir)["eval"]
     bleu = {step: record["bleu"] for step, record in evals.items() if "bleu" in record}
     assert sorted(bleu) == [10, 20, 30]  # train.bleu_every = 10
-    assert all(0.0 <= b <= 100.0 for b in bleu.values())
+    # Step 30's is sacreBLEU's of the last checkpoint's translations of the first 8
+    # validation sentences (the run's decoding: beam search), against their references.
+    loaded = evaluate.load_workdir(workdir, run_config, average=1)
+    assert loaded.steps == [30]
+    validation = sources.get_source(run_config.data, "validation")
+    pairs = [validation[i] for i in range(8)]
+    hyps = evaluate.translate(loaded.params, loaded.model_config, loaded.tokenizer,
+                              [s for s, _ in pairs],
+                              decode.DecodeConfig.from_config(run_config.decode))
+    assert bleu[30] == pytest.approx(
+        sacrebleu.corpus_bleu(hyps, [[t for _, t in pairs]]).score, abs=1e-9)
+    # The final test BLEU is sacreBLEU's of the translations and references written.
     final = json.loads((workdir / layout.FINAL_METRICS).read_text())
-    assert final["bleu_sentences"] == 8 and "test_bleu" in final
+    assert final["bleu_sentences"] == 8
+    written = [(workdir / final[f"test_{kind}"]).read_text(encoding="utf-8").splitlines()
+               for kind in ("hypotheses", "references")]
+    test = sources.get_source(run_config.data, "test")
+    assert written[1] == [test[i][1] for i in range(8)] and len(written[0]) == 8
+    assert final["test_bleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(written[0], [written[1]]).score, abs=1e-9)
