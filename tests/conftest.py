@@ -1,11 +1,25 @@
-"""Test set-up: 8 fake CPU devices for the parallel tests, and the local Google Cloud
-Storage's address for the storage tests (both set before JAX or a storage client is
-imported; the storage server starts only when a test asks for a bucket)."""
+"""Test set-up: 8 fake CPU devices for the parallel tests, JAX's persistent compilation
+cache, and the local Google Cloud Storage's address for the storage tests (all set before JAX
+or a storage client is imported; the storage server starts only when a test asks for a
+bucket)."""
 
+import json
 import os
+import shutil
+from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# Compiled programs are kept on disk, in .pytest_cache/jax-compilation of the checkout, by
+# the session, its xdist workers and every command the tests start (they inherit the
+# environment): the same tiny models are compiled again and again, by test after test and
+# run after run. Every program is kept, however fast it compiled. Set
+# JAX_COMPILATION_CACHE_DIR to put the cache elsewhere; delete the folder to start cold.
+COMPILATION_CACHE = Path(__file__).resolve().parents[1] / ".pytest_cache" / "jax-compilation"
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(COMPILATION_CACHE))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 from . import gcs_emulator  # noqa: E402
 
@@ -15,14 +29,78 @@ os.environ.update(gcs_emulator.environment(GCS_PORT))
 import pytest  # noqa: E402
 
 
+def once_per_session(tmp_path_factory, name, make):
+    """``directory/name``, made by ``make(directory)`` once for the whole test session: its
+    pytest-xdist workers share it (the first to ask makes it while the others wait) instead of
+    making one each. Tests that change what is in it change a copy (shutil.copytree)."""
+    import fcntl
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder, which holds each worker's own
+    directory = base / name
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (base / f"{name}.done").exists():
+            if directory.exists():
+                shutil.rmtree(directory)  # left half made by a worker that failed
+            directory.mkdir()
+            make(directory)
+            (base / f"{name}.done").touch()
+    return directory
+
+
 @pytest.fixture(scope="session")
 def builtin_data_dir(tmp_path_factory):
     """The built-in corpus written once as TFDS array_record for the whole session."""
     from transformer_jax.data import sources
 
-    data_dir = tmp_path_factory.mktemp("tfds")
-    sources.prepare_builtin(str(data_dir))
-    return data_dir
+    return once_per_session(tmp_path_factory, "tfds",
+                            lambda data_dir: sources.prepare_builtin(str(data_dir)))
+
+
+@pytest.fixture(scope="session")
+def trained_workdir(builtin_data_dir, tmp_path_factory):
+    """A tiny run trained once per test session (30 steps, a checkpoint every 10, the last 3
+    kept, validation BLEU of 8 sentences every 10 steps): for the decoding commands and what
+    a run records. Copy it to change it (an evaluation writes into the workdir)."""
+    from transformer_jax.training import train
+
+    from .helpers import tiny_config
+
+    config = tiny_config(builtin_data_dir, num_steps=30, checkpoint_every=10, keep_checkpoints=3,
+                         eval_every=30, bleu_every=10, bleu_sentences=8)
+    return once_per_session(tmp_path_factory, "trained",
+                            lambda workdir: train.train_and_evaluate(config, workdir))
+
+
+def _train(config, workdir, *more_steps):
+    from transformer_jax.training import train
+
+    train.train_and_evaluate(config, workdir)
+    for num_steps in more_steps:  # the same command run again, asking for more steps
+        config.train.num_steps = num_steps
+        train.train_and_evaluate(config, workdir)
+
+
+@pytest.fixture(scope="session")
+def straight_run(builtin_data_dir, tmp_path_factory):
+    """A tiny run of 20 steps, each logged, never interrupted: what a stopped and resumed
+    run must repeat."""
+    from .helpers import tiny_config
+
+    config = tiny_config(builtin_data_dir, num_steps=20, log_every=1)
+    return once_per_session(tmp_path_factory, "straight", lambda w: _train(config, w))
+
+
+@pytest.fixture(scope="session")
+def resumed_run(builtin_data_dir, tmp_path_factory):
+    """straight_run's config trained to step 10 (its checkpoint), then the same command
+    asking for 20 steps: a run stopped at step 10 and resumed."""
+    from .helpers import tiny_config
+
+    config = tiny_config(builtin_data_dir, num_steps=10, log_every=1)
+    return once_per_session(tmp_path_factory, "resumed", lambda w: _train(config, w, 20))
 
 
 @pytest.fixture(scope="session")
@@ -34,13 +112,17 @@ def tiny_sweep(builtin_data_dir, tmp_path_factory):
 
     from .helpers import ROOT, tiny_experiment
 
-    tmp_path = tmp_path_factory.mktemp("tiny_sweep")
-    experiment = tiny_experiment(tmp_path / "tiny.py", builtin_data_dir)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(ROOT)  # experiments name their config files relative to the repository
-        outcome = run_sweep(load_experiment(experiment), str(tmp_path / "root"), "local",
-                            parallel=2)
-    return experiment, tmp_path / "root", outcome
+    def make(directory):
+        experiment = tiny_experiment(directory / "tiny.py", builtin_data_dir)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.chdir(ROOT)  # experiments name their config files relative to the repository
+            outcome = run_sweep(load_experiment(experiment), str(directory / "root"), "local",
+                                parallel=2)
+        (directory / "outcome.json").write_text(json.dumps(outcome))
+
+    directory = once_per_session(tmp_path_factory, "tiny_sweep", make)
+    return (str(directory / "tiny.py"), directory / "root",
+            json.loads((directory / "outcome.json").read_text()))
 
 
 @pytest.fixture(scope="session")

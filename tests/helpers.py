@@ -1,11 +1,21 @@
 """Shared test helpers: a tiny config on the built-in corpus, as a config, as overrides and as
-a sweep."""
+a sweep; a command run in the test's own process."""
 
+import contextlib
+import dataclasses
+import importlib.util
+import io
+import logging
+import os
+import runpy
+import sys
+import warnings
 from pathlib import Path
 
 import jax
 import ml_collections
 import numpy as np
+from absl import flags, logging as absl_logging
 
 from transformer_jax import config as config_lib
 from transformer_jax.model.spec import TransformerConfig
@@ -14,8 +24,9 @@ from transformer_jax.training.step import create_train_state, make_executor
 ROOT = Path(__file__).resolve().parents[1]
 TINY = TransformerConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_heads=4, d_k=8,
                          d_v=8, dropout_rate=0.0, max_len=32)
-
-
+# The peak FLOP/s of tiny runs, given so that they skip the CPU's matmul probe (seconds a
+# process; their MFU means nothing). A run with train.peak_flops = 0 probes (test_main.py).
+TINY_PEAK_FLOPS = 1e12
 
 
 def tiny_config(data_dir, **train):
@@ -29,7 +40,7 @@ def tiny_config(data_dir, **train):
     c.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4, max_len=64, dropout_rate=0.1)
     c.optim.warmup_steps = 20
     c.train.update(num_steps=20, log_every=5, eval_every=10, eval_batches=2,
-                   checkpoint_every=10, devices=1)
+                   checkpoint_every=10, devices=1, peak_flops=TINY_PEAK_FLOPS)
     c.train.update(train)
     return c
 
@@ -46,6 +57,69 @@ def command_line(config, base="base", dataset="builtin"):
             if value != reference[section][field]:
                 flags.append(f"--config.{section}.{field}={value}")
     return flags
+
+
+@dataclasses.dataclass
+class Ran:
+    """What a command printed and its exit status, as subprocess.run's result holds them."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_command(name, *args, stdin=b""):
+    """``python -m transformer_jax.NAME ARGS`` run in this process, from the repository root:
+    the module's ``__main__`` block as a process runs it (absl's flags and app, the logging
+    set-up, the one-line errors and exit statuses), without starting Python and importing JAX
+    again. ``stdin`` (bytes) is its standard input.
+
+    Afterwards the flags it defined are deleted and the logging set-up, the working
+    directory, sys.argv and sys.stdin put back, so that commands can run one after another.
+    TRANSFORMER_JAX_TRACEBACK is unset meanwhile: a refusal must be one line. What only a
+    process shows (its start, signals, pipes) is left to one subprocess test per command.
+    """
+    module = f"transformer_jax.{name}"
+    defined = set(flags.FLAGS)
+    root = logging.getLogger()
+    levels = {logger: logger.level for logger in [root, *logging.root.manager.loggerDict.values()]
+              if isinstance(logger, logging.Logger)}
+    handlers = root.handlers[:]
+    # absl's handler writes to the stderr of absl's import, here the test's captured one,
+    # and the command's logging set-up closes it: pointed at the command's stderr meanwhile,
+    # it closes nothing of the test's.
+    absl_handler = absl_logging.get_absl_handler().python_handler
+    absl_stream, argv, stdin_, cwd = absl_handler.stream, sys.argv, sys.stdin, os.getcwd()
+    traceback = os.environ.pop("TRANSFORMER_JAX_TRACEBACK", None)
+    out, err = io.StringIO(), io.StringIO()
+    returncode = 0
+    try:
+        os.chdir(ROOT)
+        sys.argv = [importlib.util.find_spec(module).origin, *args]
+        sys.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8")
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+                warnings.catch_warnings():
+            absl_handler.stream = err
+            # runpy's note that a test imported the module before is no concern here.
+            warnings.filterwarnings("ignore", "'transformer_jax", RuntimeWarning)
+            try:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            except SystemExit as e:
+                if isinstance(e.code, str):  # sys.exit("message"), as the interpreter does
+                    print(e.code, file=sys.stderr)
+                returncode = e.code if isinstance(e.code, int) else int(e.code is not None)
+    finally:
+        absl_handler.stream, sys.argv, sys.stdin = absl_stream, argv, stdin_
+        os.chdir(cwd)
+        if traceback is not None:
+            os.environ["TRANSFORMER_JAX_TRACEBACK"] = traceback
+        for flag in set(flags.FLAGS) - defined:
+            delattr(flags.FLAGS, flag)
+        root.handlers[:] = handlers
+        for logger in [root, *logging.root.manager.loggerDict.values()]:
+            if isinstance(logger, logging.Logger):
+                logger.setLevel(levels.get(logger, logging.NOTSET))
+    return Ran(returncode, out.getvalue(), err.getvalue())
 
 
 def random_batch(rows, length, seed, fixed_lengths=None):
@@ -97,7 +171,7 @@ def tiny_overrides(data_dir, **more):
         "model.num_layers": 1, "model.d_model": 32, "model.d_ff": 64, "model.max_len": 64,
         "optim.warmup_steps": 20, "train.num_steps": 10, "train.log_every": 5,
         "train.eval_every": 10, "train.eval_batches": 2, "train.checkpoint_every": 10,
-        "train.devices": 1, "train.peak_flops": 1e9, "train.bleu_sentences": 4,
+        "train.devices": 1, "train.peak_flops": TINY_PEAK_FLOPS, "train.bleu_sentences": 4,
     }
     overrides.update(more)
     return overrides
@@ -120,21 +194,3 @@ def tiny_experiment(path, data_dir, points=TINY_POINTS):
         f"    return Sweep('tiny', 'configs/table3.py', [{points}], parameter='eps_ls',\n"
         f"                 overrides={tiny_overrides(data_dir)!r})\n")
     return str(path)
-
-
-_TRAINED: dict[str, object] = {}
-
-
-def trained_workdir(tmp_path_factory, data_dir):
-    """A tiny run trained once per test session (30 steps, a checkpoint every 10, the last 3
-    kept, validation BLEU of 8 sentences every 10 steps): for the decoding commands."""
-    key = str(data_dir)
-    if key not in _TRAINED:
-        from transformer_jax.training import train
-
-        workdir = tmp_path_factory.mktemp("trained")
-        config = tiny_config(data_dir, num_steps=30, checkpoint_every=10, keep_checkpoints=3,
-                             eval_every=30, bleu_every=10, bleu_sentences=8)
-        train.train_and_evaluate(config, workdir)
-        _TRAINED[key] = workdir
-    return _TRAINED[key]

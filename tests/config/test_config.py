@@ -13,6 +13,8 @@ from transformer_jax import config as config_lib
 from transformer_jax.errors import ConfigError
 from transformer_jax.training import train
 
+from ..helpers import run_command
+
 ROOT = Path(__file__).resolve().parents[2]
 TABLE3_VARIANTS = ["base", "A_h1", "A_h4", "A_h16", "A_h32", "B_dk16", "B_dk32", "C_N2", "C_N4",
                    "C_N8", "C_d256", "C_d1024", "C_ff1024", "C_ff4096", "D_drop0", "D_drop02",
@@ -112,8 +114,7 @@ def test_unknown_variant_and_dataset():
     (["--config=configs/missing.py"], "error: --config: no config file configs/missing.py"),
 ])
 def test_command_line_errors_are_one_line(args, message):
-    result = subprocess.run([sys.executable, "-m", "transformer_jax.params", *args], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    result = run_command("params", *args)
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
@@ -225,6 +226,38 @@ def test_every_value_out_of_range_is_refused_naming_the_field_and_the_range(path
         config_lib.validate(c)
 
 
+# The ranges themselves, written out: a bound wrong in the tables above is wrong here too.
+@pytest.mark.parametrize("path,value,message", [
+    ("model.num_layers", 0, "model.num_layers=0 must be an integer >= 1"),
+    ("train.keep_checkpoints", 0, "train.keep_checkpoints=0 must be an integer >= 1"),
+    ("decode.beam_size", 0, "decode.beam_size=0 must be an integer >= 1"),
+    ("data.row_len", -1, "data.row_len=-1 must be an integer >= 0"),
+    ("train.seed", -1, "train.seed=-1 must be an integer >= 0"),
+    ("decode.max_len_offset", -1, "decode.max_len_offset=-1 must be an integer >= 0"),
+    ("model.dropout_rate", 1.0, "model.dropout_rate=1.0 must be a number in [0.0, 1.0)"),
+    ("model.dropout_rate", math.nan, "model.dropout_rate=nan must be a number in [0.0, 1.0)"),
+    ("train.label_smoothing", -0.5,
+     "train.label_smoothing=-0.5 must be a number in [0.0, 1.0)"),
+    ("optim.b2", 1.0, "optim.b2=1.0 must be a number in [0.0, 1.0)"),
+    ("optim.eps", 0.0, "optim.eps=0.0 must be a number in (0.0, inf]"),
+    ("optim.lr_scale", -1.0, "optim.lr_scale=-1.0 must be a number in (0.0, inf]"),
+    ("decode.top_p", 1.5, "decode.top_p=1.5 must be a number in (0.0, 1.0]"),
+    ("decode.alpha", -0.5, "decode.alpha=-0.5 must be a number in [0.0, inf]"),
+    ("train.peak_flops", -1.0, "train.peak_flops=-1.0 must be a number in [0.0, inf]"),
+    ("model.norm", "mid", "model.norm='mid' is not one of post, pre"),
+    ("model.positions", "rotary", "model.positions='rotary' is not one of sinusoidal, learned"),
+    ("model.dtype", "float16", "model.dtype='float16' is not one of float32, bfloat16"),
+    ("decode.strategy", "nucleus", "decode.strategy='nucleus' is not one of greedy, beam, "
+                                   "sample"),
+    ("train.nonfinite", "ignore", "train.nonfinite='ignore' is not one of skip, stop"),
+])
+def test_ranges_of_representative_fields_written_out(path, value, message):
+    c = config_lib.build("base")
+    set_field(c, path, value)
+    with pytest.raises(ConfigError, match=f"^{re.escape(message)}$"):
+        config_lib.validate(c)
+
+
 def test_bad_values_are_refused_before_anything_is_compiled(tmp_path):
     c = config_lib.build("base")
     c.train.max_nonfinite_in_a_row = 0
@@ -316,13 +349,8 @@ def test_big_on_en_fr_gets_the_papers_en_fr_settings_from_the_command_line():
     back = config_lib.apply_overrides(mine, {"data.name": "wmt14_ende"})
     assert (back.model.dropout_rate, back.data.target_lang, back.data.vocab_size) == (
         0.3, "de", 16000)
-    args = ["-m", "transformer_jax.params", "--config=configs/big.py",
-            "--config.data.name=wmt14_enfr"]
-    enfr = subprocess.run([sys.executable, "-m", "transformer_jax.params",
-                           "--config=configs/wmt14_enfr.py:big"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    switched = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True,
-                              text=True, timeout=300)
+    enfr = run_command("params", "--config=configs/wmt14_enfr.py:big")
+    switched = run_command("params", "--config=configs/big.py", "--config.data.name=wmt14_enfr")
     assert switched.returncode == enfr.returncode == 0, switched.stderr[-500:]
     # The same model, vocabulary 32,000 included: the same parameter count.
     assert switched.stdout == enfr.stdout

@@ -3,8 +3,6 @@ bad lines are skipped and reported with their line numbers, or refused naming fi
 
 import importlib
 import logging
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -15,6 +13,8 @@ from transformer_jax import config as config_lib
 from transformer_jax.data import corpus, pipeline, sources, text
 from transformer_jax.errors import ConfigError, DataError
 from transformer_jax.training import train
+
+from ..helpers import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [(corpus.detokenize(en), corpus.detokenize(de)) for en, de in
@@ -176,11 +176,8 @@ def test_training_on_text_files(tmp_path):
 
 def test_the_main_command_names_the_bad_file(tmp_path):
     spec = two_files(tmp_path, ["a", "b", "c"], ["A", "B"])
-    result = subprocess.run(
-        [sys.executable, "-m", "transformer_jax.main", "--config=configs/text.py",
-         f"--workdir={tmp_path / 'run'}", f"--config.data.train_files={spec}",
-         f"--config.data.eval_files={spec}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = run_command("main", "--config=configs/text.py", f"--workdir={tmp_path / 'run'}",
+                         f"--config.data.train_files={spec}", f"--config.data.eval_files={spec}")
     assert result.returncode == 2 and "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "train.de has 2 lines but" in last

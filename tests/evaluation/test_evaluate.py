@@ -1,6 +1,7 @@
 """A trained workdir: restored, translate(), and the evaluate command end to end."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from transformer_jax.errors import UserError
 from transformer_jax.evaluation import bleu, evaluate, perplexity, restore, translation
 from transformer_jax.io import layout, workdirs
 
-from ..helpers import trained_workdir
+from ..helpers import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,8 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, builtin_data_dir):
-    return trained_workdir(tmp_path_factory, builtin_data_dir)
+def workdir(trained_workdir):
+    return trained_workdir
 
 
 @pytest.fixture
@@ -53,7 +54,8 @@ def test_translate_keeps_order_and_empty_lines(workdir, run_config):
     assert one_by_one == whole[:2]
 
 
-def test_evaluate_averages_and_writes_hypotheses_and_scores(workdir, run_config):
+def test_evaluate_averages_and_writes_hypotheses_and_scores(workdir, run_config, tmp_path):
+    workdir = shutil.copytree(workdir, tmp_path / "run")  # the evaluation writes into it
     run_config.decode.strategy = "greedy"
     result = evaluate.evaluate_workdir(workdir, run_config, "test", average=3, limit=24)
     assert result["checkpoints"] == [10, 20, 30] and result["sentences"] == 24
@@ -94,7 +96,9 @@ def test_evaluate_averages_the_configs_number_or_what_the_workdir_holds(workdir,
     assert latest.steps == [30] and latest.notes == []
 
 
-def test_evaluate_command(workdir):
+def test_evaluate_command(workdir, tmp_path):
+    # The one run of the evaluate command in a process of its own.
+    workdir = shutil.copytree(workdir, tmp_path / "run")  # the evaluation writes into it
     out = subprocess.run(
         [sys.executable, "-m", "transformer_jax.evaluate", f"--workdir={workdir}",
          "--split=validation", "--average=2", "--limit=16", "--config.decode.beam_size=2"],
@@ -111,18 +115,33 @@ def test_evaluate_command(workdir):
                for line in lines)
     saved = json.loads((workdir / "eval" / "validation-avg2-beam2.json").read_text())
     assert saved["decode"]["beam_size"] == 2 and saved["checkpoints"] == [20, 30]
-    bad = subprocess.run(
-        [sys.executable, "-m", "transformer_jax.evaluate", f"--workdir={workdir}",
-         "--average=9"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    bad = run_command("evaluate", f"--workdir={workdir}", "--average=9")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1].startswith(
         "error: cannot average the last 9 checkpoints")
 
 
-def test_training_logs_validation_bleu(workdir):
+def test_training_logs_validation_bleu(workdir, run_config):
     evals = workdirs.read_metrics(workdir)["eval"]
     scores = {step: record["bleu"] for step, record in evals.items() if "bleu" in record}
     assert sorted(scores) == [10, 20, 30]  # train.bleu_every = 10
-    assert all(0.0 <= b <= 100.0 for b in scores.values())
+    # Step 30's is sacreBLEU's of the last checkpoint's translations of the first 8
+    # validation sentences (the run's decoding: beam search), against their references.
+    loaded = restore.load_workdir(workdir, run_config, average=1)
+    assert loaded.steps == [30]
+    validation = sources.get_source(run_config.data, "validation")
+    pairs = [validation[i] for i in range(8)]
+    hyps = translation.translate(loaded.params, loaded.model_config, loaded.tokenizer,
+                                 [s for s, _ in pairs],
+                                 decode.DecodeConfig.from_config(run_config.decode))
+    assert scores[30] == pytest.approx(
+        sacrebleu.corpus_bleu(hyps, [[t for _, t in pairs]]).score, abs=1e-9)
+    # The final test BLEU is sacreBLEU's of the translations and references written.
     final = json.loads((workdir / layout.FINAL_METRICS).read_text())
-    assert final["bleu_sentences"] == 8 and "test_bleu" in final
+    assert final["bleu_sentences"] == 8
+    written = [(workdir / final[f"test_{kind}"]).read_text(encoding="utf-8").splitlines()
+               for kind in ("hypotheses", "references")]
+    test = sources.get_source(run_config.data, "test")
+    assert written[1] == [test[i][1] for i in range(8)] and len(written[0]) == 8
+    assert final["test_bleu"] == pytest.approx(
+        sacrebleu.corpus_bleu(written[0], [written[1]]).score, abs=1e-9)

@@ -1,6 +1,5 @@
 """The translate command: stdin or a file in, one translation per line out, in order."""
 
-import os
 import shutil
 import subprocess
 import sys
@@ -16,20 +15,19 @@ from transformer_jax.decoding import decode
 from transformer_jax.errors import DataError
 from transformer_jax.evaluation import restore, translation
 
-from ..helpers import trained_workdir
+from ..helpers import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, builtin_data_dir):
-    return trained_workdir(tmp_path_factory, builtin_data_dir)
+def workdir(trained_workdir):
+    return trained_workdir
 
 
-def command(workdir, *args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "transformer_jax.translate",
-                           f"--workdir={workdir}", *args], cwd=ROOT, input=stdin,
-                          capture_output=True, timeout=600)
+def command(workdir, *args, stdin=b""):
+    """The translate command, run in this process."""
+    return run_command("translate", f"--workdir={workdir}", *args, stdin=stdin)
 
 
 def test_translates_a_file_in_order_with_empty_lines_kept(workdir, tmp_path):
@@ -41,8 +39,8 @@ def test_translates_a_file_in_order_with_empty_lines_kept(workdir, tmp_path):
     src.write_text("\n".join(lines) + "\n", encoding="utf-8")
     out = command(workdir, f"--input={src}", f"--output={tmp_path / 'out.txt'}",
                   "--config.decode.batch_size=2", "--config.decode.max_len_offset=20")
-    assert out.returncode == 0, out.stderr.decode()[-3000:]
-    assert b"translating" in out.stderr  # progress on stderr
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "translating" in out.stderr  # progress on stderr
     got = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")
     assert got[-1] == "" and len(got) - 1 == len(lines)
     # The config's strategy (the paper's beam search), exactly as the library translates.
@@ -59,8 +57,11 @@ def test_stdin_to_stdout_with_decode_overrides(workdir):
     config = resume.workdir_config(workdir)
     source = sources.get_source(config.data, "validation")
     sentences = [source[i][0] for i in range(3)]
-    out = command(workdir, "--config.decode.strategy=greedy",
-                  stdin="\r\n".join(sentences).encode())  # CRLF, no final newline
+    # The one run of the translate command in a process of its own: stdin and stdout pipes.
+    out = subprocess.run([sys.executable, "-m", "transformer_jax.translate",
+                          f"--workdir={workdir}", "--config.decode.strategy=greedy"], cwd=ROOT,
+                         input="\r\n".join(sentences).encode(),  # CRLF, no final newline
+                         capture_output=True, timeout=600)
     assert out.returncode == 0, out.stderr.decode()[-3000:]
     loaded = restore.load_workdir(workdir, config)
     expected = translation.translate(loaded.params, loaded.model_config, loaded.tokenizer,
@@ -76,7 +77,7 @@ def test_invalid_utf8_is_one_error_naming_the_line(workdir, tmp_path):
         translate.read_lines(str(bad))
     out = command(workdir, f"--input={bad}")
     assert out.returncode == 2
-    assert out.stderr.decode().strip().splitlines() == [
+    assert out.stderr.strip().splitlines() == [
         f"error: {bad} line 3: not valid UTF-8 (byte 0xff at byte 5)"]
 
 
@@ -93,14 +94,14 @@ def test_invalid_utf8_is_one_error_naming_the_line(workdir, tmp_path):
 def test_bad_overrides_are_one_line(workdir, args, message):
     out = command(workdir, *args, stdin=b"x\n")
     assert out.returncode == 2
-    lines = out.stderr.decode().strip().splitlines()
+    lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), lines
 
 
 def test_not_a_workdir(tmp_path):
     out = command(tmp_path, stdin=b"x\n")
     assert out.returncode == 2
-    assert out.stderr.decode().strip().splitlines() == [
+    assert out.stderr.strip().splitlines() == [
         f"error: {tmp_path / 'config.json'}: no such file; --workdir must be the workdir of a "
         "training run"]
 
@@ -115,14 +116,12 @@ def test_a_damaged_workdir_file_is_one_line_naming_it(workdir, tmp_path, module,
     copy = tmp_path / "run"
     shutil.copytree(workdir, copy)
     (copy / damaged).write_bytes(b"\x00\x13 a file cut short by a full disk")
-    out = subprocess.run([sys.executable, "-m", f"transformer_jax.{module}", f"--workdir={copy}",
-                          "--config.decode.strategy=greedy"], cwd=ROOT, input=b"x\n",
-                         capture_output=True, timeout=600,
-                         env={**os.environ, "TRANSFORMER_JAX_TRACEBACK": ""})
+    out = run_command(module, f"--workdir={copy}", "--config.decode.strategy=greedy",
+                      stdin=b"x\n")
     assert out.returncode == 2
-    lines = [line for line in out.stderr.decode().splitlines() if "error" in line.lower()]
-    assert lines == [f"error: {copy / damaged}: {message}"], out.stderr.decode()[-2000:]
-    assert b"Traceback" not in out.stderr
+    lines = [line for line in out.stderr.splitlines() if "error" in line.lower()]
+    assert lines == [f"error: {copy / damaged}: {message}"], out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
 
 
 def test_read_lines_takes_crlf_a_byte_order_mark_and_a_missing_final_newline(tmp_path):

@@ -9,14 +9,13 @@ import sys
 import pytest
 
 from transformer_jax.io import provenance
-from transformer_jax.training import train
 
-from ..helpers import ROOT, tiny_config, trained_workdir
+from ..helpers import ROOT
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, builtin_data_dir):
-    return trained_workdir(tmp_path_factory, builtin_data_dir)
+def workdir(trained_workdir):
+    return trained_workdir
 
 
 def test_a_run_records_its_code_command_versions_and_devices(workdir):
@@ -35,12 +34,9 @@ def test_a_run_records_its_code_command_versions_and_devices(workdir):
                                                                  else "")
 
 
-def test_a_resumed_run_adds_its_own_entry(tmp_path, builtin_data_dir):
-    config = tiny_config(builtin_data_dir, num_steps=10, checkpoint_every=10)
-    train.train_and_evaluate(config, tmp_path)
-    config.train.num_steps = 20
-    train.train_and_evaluate(config, tmp_path)
-    assert [r["resumed_at_step"] for r in provenance.read(tmp_path)] == [0, 10]
+def test_a_resumed_run_adds_its_own_entry(resumed_run):
+    # Trained to step 10, then resumed there to 20.
+    assert [r["resumed_at_step"] for r in provenance.read(resumed_run)] == [0, 10]
 
 
 def test_hparams_and_test_translations_are_written(workdir):

@@ -17,7 +17,7 @@ from transformer_jax.errors import UserError
 from transformer_jax.io import workdirs
 from transformer_jax.training import train
 
-from ..helpers import ROOT, tiny_config
+from ..helpers import run_command, tiny_config
 
 
 def test_read_metrics_keeps_the_last_line_of_a_step(tmp_path):
@@ -94,9 +94,7 @@ def test_a_second_run_is_refused_while_the_first_holds(tmp_path, sleeper):
 
 def test_a_held_workdir_is_one_line_from_the_command(tmp_path, sleeper):
     hold = _hold(tmp_path, pid=sleeper)
-    run = subprocess.run([sys.executable, "-m", "transformer_jax.main", "--config=configs/demo.py",
-                          f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "TRANSFORMER_JAX_TRACEBACK": ""})
+    run = run_command("main", "--config=configs/demo.py", f"--workdir={tmp_path}")
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1] == (
         f"error: {tmp_path} is in use by another training run: process {sleeper} on "

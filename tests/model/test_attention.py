@@ -42,8 +42,24 @@ def test_cross_attention_rows_follow_queries_not_keys(num_keys):
     q = rng.normal(size=(2, 4, 5, 8)).astype(np.float32)
     k = rng.normal(size=(2, 4, num_keys, 8)).astype(np.float32)
     v = rng.normal(size=(2, 4, num_keys, 6)).astype(np.float32)
-    out, _ = dot_product_attention(q, k, v)
-    assert out.shape == (2, 4, 5, 6)
+    mask = rng.random((2, 1, 5, num_keys)) < 0.6
+    mask[..., 0] = True  # every query sees at least one key
+    out, _ = dot_product_attention(q, k, v, mask)
+    assert out.shape == (2, 4, 5, 6)  # one row per query, whatever the number of keys
+    # The formula in float64: softmax over the keys each query sees, times V.
+    logits = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k) / np.sqrt(8)
+    logits = np.where(mask, logits, -np.inf)
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    np.testing.assert_allclose(out, weights @ v, atol=1e-5)
+    # Keys are a set: reordering them with their values and mask columns changes nothing.
+    order = rng.permutation(num_keys)
+    shuffled, _ = dot_product_attention(q, k[:, :, order], v[:, :, order], mask[..., order])
+    np.testing.assert_allclose(shuffled, out, atol=1e-5)
+    # Queries are not: reordering them reorders the output rows.
+    rows = rng.permutation(5)
+    reordered, _ = dot_product_attention(q[:, :, rows], k, v, mask[:, :, rows])
+    np.testing.assert_allclose(reordered, np.asarray(out)[:, :, rows], atol=1e-5)
 
 
 def test_seed_example_softmax():
@@ -92,12 +108,30 @@ def test_grouped_query_attention_equals_repeated_heads():
 
 
 def test_attention_dropout_zeroes_and_rescales():
-    q = jnp.ones((1, 1, 1, 4))
-    k = jnp.ones((1, 1, 1000, 4))
-    v = jnp.ones((1, 1, 1000, 1))
-    out, _ = dot_product_attention(q, k, v, dropout_rate=0.5, dropout_rng=jax.random.key(0))
-    # Uniform weights 1/1000; half dropped, the rest doubled: the mean survives.
-    assert 0.9 < float(out[0, 0, 0, 0]) < 1.1
+    from transformer_jax.model.dropout import keep_mask
+
+    # Equal logits give weights of exactly 1/16; V = I reads each weight out on its own
+    # column. With rate 0.5 a kept weight is doubled to exactly 1/8, a dropped one is 0;
+    # without dropout every entry would be 1/16.
+    q = jnp.zeros((1, 2, 3, 4))  # 2 heads, 3 queries
+    k = jnp.asarray(np.random.default_rng(0).normal(size=(1, 2, 16, 4)), jnp.float32)
+    v = jnp.broadcast_to(jnp.eye(16), (1, 2, 16, 16))
+    key = jax.random.key(0)
+    out, weights = dot_product_attention(q, k, v, dropout_rate=0.5, dropout_rng=key,
+                                         return_weights=True)
+    np.testing.assert_array_equal(weights, np.full((1, 2, 3, 16), 1 / 16))  # before dropout
+    out = np.asarray(out)
+    assert set(np.unique(out)) == {0.0, 0.125}
+    # The weights dropped are those of the documented mask (one per head, query and key)...
+    keep = np.asarray(keep_mask(key, (1, 2, 3, 16), 0.5))
+    np.testing.assert_array_equal(out, np.where(keep, 0.125, 0.0))
+    # ...which differs between heads and between queries, and drops about half of them.
+    assert not np.array_equal(keep[0, 0], keep[0, 1])
+    assert not np.array_equal(keep[0, 0, 0], keep[0, 0, 1])
+    assert 0.25 < 1 - keep.mean() < 0.75
+    # Without a key (evaluation) nothing is dropped.
+    plain, _ = dot_product_attention(q, k, v, dropout_rate=0.5)
+    np.testing.assert_array_equal(plain, np.full((1, 2, 3, 16), 1 / 16))
 
 
 # ----------------------------------------------------------------------------------------

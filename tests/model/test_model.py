@@ -121,16 +121,73 @@ def test_one_matrix_shared_by_source_target_and_softmax():
     assert {"source_embedding", "target_embedding", "output_projection"} <= names
 
 
+def _without(params, name):
+    """The params with every entry called ``name`` left out (at any depth)."""
+    if not isinstance(params, dict):
+        return params
+    return {k: _without(v, name) for k, v in params.items() if k != name}
+
+
+def _as_multi_head(params, group=2, d_k=8):
+    """Grouped-query params as the multi-head model's: each key/value head repeated for
+    the ``group`` query heads that share it (the fused kernel of a group holds its queries'
+    columns, then the key's, then the value's; the key has no bias)."""
+    if not isinstance(params, dict):
+        return params
+    out = {k: _as_multi_head(v, group, d_k) for k, v in params.items()}
+    if "qkv" in params:
+        kernel, bias = np.asarray(params["qkv"]["kernel"]), np.asarray(params["qkv"]["bias"])
+        q = group * d_k
+        heads = [(g, j) for g in range(kernel.shape[1]) for j in range(group)]
+        out["qkv"] = {
+            "kernel": np.stack([np.concatenate([kernel[:, g, j * d_k:(j + 1) * d_k],
+                                                kernel[:, g, q:]], -1) for g, j in heads], 1),
+            "bias": np.stack([np.concatenate([bias[g, j * d_k:(j + 1) * d_k], bias[g, q:]])
+                              for g, j in heads])}
+    if "key_value" in params:
+        out["key_value"] = {k: np.repeat(np.asarray(v), group, axis=-2 if k == "kernel" else 0)
+                            for k, v in params["key_value"].items()}
+    return out
+
+
 @pytest.mark.parametrize("change", [dict(norm="pre"), dict(positions="learned"),
                                     dict(num_kv_heads=2)])
 def test_switches_build_and_run(change):
-    model, variables = init(TINY.replace(**change))
-    out = model.apply(variables, random_tokens((2, 7), 11), random_tokens((2, 6), 12))
+    config = TINY.replace(**change)
+    model, variables = init(config)
+    src, tgt = random_tokens((2, 7), 11), random_tokens((2, 6), 12)
+    out = model.apply(variables, src, tgt)
     assert out.shape == (2, 6, 50) and np.all(np.isfinite(out))
-    if change.get("norm") == "pre":
-        assert "final_norm" in variables["params"]["encoder"]
-    if change.get("positions") == "learned":
-        assert "position_embedding" in variables["params"]["encoder"]["embed"]
+    params = variables["params"]
+    if "num_kv_heads" in change:
+        # 2 key/value heads for 4 query heads is the 4-head model with each key/value head
+        # repeated for the 2 query heads that share it.
+        assert params["encoder"]["layer_0"]["self_attention"]["qkv"]["kernel"].shape == (
+            32, 2, 2 * 8 + 8 + 8)
+        full = Transformer(TINY).apply({"params": _as_multi_head(params)}, src, tgt)
+        np.testing.assert_allclose(out, full, atol=1e-5)
+        return
+    # The paper's model with the same weights (less the switch's own) computes other logits.
+    name = "final_norm" if "norm" in change else "position_embedding"
+    assert name in (params["encoder"] if "norm" in change else params["encoder"]["embed"])
+    default = Transformer(TINY).apply({"params": _without(params, name)}, src, tgt)
+    assert not np.allclose(out, default, atol=1e-3)
+    # Without layers the logits can be worked out by hand: the decoder's input embedding,
+    # scaled by sqrt(d_model), plus its positions (pre-norm: then LayerNorm, scale 1 and bias
+    # 0 as initialised), times the shared matrix, plus the softmax bias.
+    model, variables = init(config.replace(num_layers=0))
+    params = variables["params"]
+    logits = model.apply(variables, src[:1], tgt[:1])[0]
+    table = np.asarray(params["shared_embedding"]["embedding"], np.float64)
+    if "positions" in change:
+        positions = np.asarray(params["decoder"]["embed"]["position_embedding"])[:6]
+    else:
+        positions = sinusoidal_positions(6, 32)
+    x = table[np.asarray(shift_right(tgt[:1]))[0]] * np.sqrt(32) + positions
+    if "norm" in change:
+        x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(logits, x @ table.T + np.asarray(params["logits_bias"]),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_embeddings_scaled_by_sqrt_d_model():

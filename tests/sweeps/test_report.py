@@ -266,9 +266,38 @@ def test_plots_draw_error_bars_and_every_seed(replicated_root, tmp_path):
     mean, std, n = sets[0]["test_bleu"]
     assert (round(mean, 6), round(std, 6), n) == (23.0, round(13 ** 0.5, 6), 3)
     path = tmp_path / "against.png"
-    compare.plot_against_value(definition, sets, path)
+    fig = compare.plot_against_value(definition, sets, path)
     data = path.read_bytes()
     assert data.startswith(PNG) and len(data) > 10_000
+    # What is drawn, from the figures the fixture wrote: the settings at 0, 1, 2 (variant
+    # names), each seed's point beside its setting, a bar of mean ± sample std over the
+    # seeds, and the paper's figure on the twin axis. Validation BLEU is the logged one.
+    import statistics
+
+    import numpy as np
+
+    settings = ["base", "A_h4", "A_h16"]
+    seeds = {"validation perplexity": [[4.0, 5.0, 6.0], [3.0, 3.5, 4.0], [4.5, 5.0, 5.5]],
+             "validation BLEU": [[21.0, 23.0, 28.0], [91.0, 96.0, 101.0], [22.0, 23.0, 24.0]]}
+    paper = {"validation perplexity": [TABLE3[s][0] for s in settings],
+             "validation BLEU": [TABLE3[s][1] for s in settings]}
+    panels = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+    assert set(panels) == set(seeds)
+    for title, figures in seeds.items():
+        ax = panels[title]
+        (bars,) = ax.containers  # an ErrorbarContainer: the means' line, caps, bars
+        line, (segments,) = bars.lines[0], bars.lines[2]
+        expected = list(enumerate((statistics.mean(f), statistics.stdev(f)) for f in figures))
+        np.testing.assert_allclose(line.get_xydata(), [[x, m] for x, (m, _) in expected])
+        np.testing.assert_allclose(np.asarray(segments.get_segments()),
+                                   [[[x, m - sd], [x, m + sd]] for x, (m, sd) in expected])
+        (each,) = [line for line in ax.lines if line.get_label() == "ours: each seed"]
+        np.testing.assert_array_equal(each.get_ydata(), [f for fs in figures for f in fs])
+        xs = each.get_xdata()
+        assert np.all(np.abs(xs - np.repeat([0, 1, 2], 3)) < 0.1) and len(set(xs)) == 9
+        twin = fig.axes[fig.axes.index(ax) + 1]
+        assert twin.get_ylabel() == "paper" and len(twin.lines) == 1
+        np.testing.assert_allclose(twin.lines[0].get_xydata(), list(enumerate(paper[title])))
 
 
 def _chrf(workdir):

@@ -3,7 +3,6 @@ the commands reproduce them; points run, resume, are skipped when finished; bad 
 refused in one line."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,8 @@ from transformer_jax.sweeps.points import point_config, train_args
 from transformer_jax.sweeps.run import run_sweep
 from transformer_jax.sweeps.status import point_status, status_lines
 from transformer_jax.sweeps.vocab import share_vocabulary
+
+from ..helpers import run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADS = ROOT / "experiments" / "heads_ablation.py"
@@ -161,9 +162,7 @@ def test_unknown_variant_or_field_is_refused_in_one_line(tmp_path):
         expand(str(experiment))
     with pytest.raises(ConfigError, match="point A_h1: unknown config field model.heads"):
         expand(str(HEADS), overrides={"model.heads": 3})
-    run = subprocess.run(
-        [sys.executable, "-m", "transformer_jax.sweep", str(experiment),
-         f"--root={tmp_path / 'root'}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    run = run_command("sweep", str(experiment), f"--root={tmp_path / 'root'}")
     assert run.returncode == 2
     assert run.stderr.strip().splitlines()[-1].startswith(
         "error: point A_h3: unknown variant 'A_h3'; known: base, A_h1,")
@@ -277,10 +276,7 @@ def test_sweep_refuses_bad_flags_in_one_line(tmp_path):
                           (["--launcher=tpu", "--parallel=2"],
                            "error: --launcher=tpu runs one point at a time"),
                           (["--launcher=ssh"], "error: flag --launcher=ssh")]:
-        run = subprocess.run([sys.executable, "-m", "transformer_jax.sweep", str(HEADS),
-                              f"--root={tmp_path}", "--dry_run", *args], cwd=ROOT,
-                             capture_output=True, text=True, timeout=300,
-                             env={**os.environ, "TRANSFORMER_JAX_TRACEBACK": ""})
+        run = run_command("sweep", str(HEADS), f"--root={tmp_path}", "--dry_run", *args)
         assert run.returncode != 0
         assert run.stderr.strip().splitlines()[-1].startswith(message), run.stderr[-500:]
 

@@ -76,10 +76,10 @@ def test_multiprocess_runs_leave_sigterm_to_jax():
 
 
 def test_sigterm_stops_training_with_a_checkpoint_and_the_rerun_continues_exactly(
-        tmp_path, builtin_data_dir, monkeypatch):
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    config = tiny_config(builtin_data_dir, num_steps=12, log_every=1, checkpoint_every=10)
-    train.train_and_evaluate(config, straight)
+        tmp_path, builtin_data_dir, straight_run, monkeypatch):
+    # straight_run's config: 20 steps, a checkpoint every 10.
+    straight, stopped = straight_run, tmp_path / "stopped"
+    config = tiny_config(builtin_data_dir, num_steps=20, log_every=1)
 
     real_step = train.Run._train_step
 
@@ -95,7 +95,7 @@ def test_sigterm_stops_training_with_a_checkpoint_and_the_rerun_continues_exactl
     monkeypatch.setattr(train.Run, "_train_step", real_step)
     train.train_and_evaluate(config, stopped)
     assert logged_losses(stopped) == logged_losses(straight)  # bitwise, nothing replayed
-    assert workdirs.checkpoint_steps_on_disk(stopped) == [7, 10, 12]
+    assert workdirs.checkpoint_steps_on_disk(stopped) == [7, 10, 20]
 
 
 def test_sigterm_stops_within_two_steps_of_the_device(tmp_path, builtin_data_dir, monkeypatch):

@@ -54,10 +54,11 @@ def _positions(values: Sequence[Any]) -> tuple[list[float], dict[str, Any]]:
 
 
 def plot_against_value(definition: dict[str, Any], sets: Sequence[dict[str, Any]],
-                       path: storage.Path) -> None:
+                       path: storage.Path) -> Figure:
     """Validation perplexity and BLEU against the swept value: each setting's mean over its
     finished seeds with a ±1 std bar and every seed's own point (left axis), and the paper's
-    (right axis, its own scale); settings with no finished run are marked."""
+    (right axis, its own scale); settings with no finished run are marked. Returns the
+    figure written."""
     parameter = definition.get("parameter", "value")
     values = [e["value"] for e in sets]
     xs, axis = _positions(values)
@@ -110,3 +111,4 @@ def plot_against_value(definition: dict[str, Any], sets: Sequence[dict[str, Any]
             ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="best")
     fig.suptitle(f"{definition.get('name', '')}: against {parameter}")
     storage.write_figure(fig, path, dpi=120)
+    return fig
