@@ -29,7 +29,7 @@ demo: venv
 
 # Within CI's 20 minutes on 2 cores: every test but those marked slow and the fault suite.
 test: venv layers
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" -n auto --maxprocesses=4
 
 # Every test but the fault suite, the slow ones included (about 25 minutes on 2 cores): the
 # 2-process runs, whole sweeps, training on text and mocked WMT14, the attention pages.
