@@ -142,6 +142,17 @@ def bucket(gcs_server, request):
     return gcs_server.create_bucket(name.strip("-") + f"-{os.getpid()}")
 
 
+def pytest_sessionstart(session):
+    """JAX keeps every program it writes to the compilation cache (its own limit,
+    jax_compilation_cache_max_size, needs the filelock package): past 1 GiB, months of
+    changed programs, the cache is emptied and fills again."""
+    if (os.environ.get("PYTEST_XDIST_WORKER") or not COMPILATION_CACHE.is_dir()
+            or os.environ["JAX_COMPILATION_CACHE_DIR"] != str(COMPILATION_CACHE)):
+        return
+    if sum(p.stat().st_size for p in COMPILATION_CACHE.iterdir()) > 2 ** 30:
+        shutil.rmtree(COMPILATION_CACHE, ignore_errors=True)
+
+
 def pytest_collection_modifyitems(config, items):
     """The fault-injection suite (marker ``faults``, minutes long) runs only when selected
     with ``-m faults`` (``make faults``), never as part of ``pytest`` or ``make test``."""
