@@ -6,8 +6,8 @@ The paper's architecture and recipe (post-LN, shared embeddings, sinusoids, Adam
 warmup, label smoothing 0.1) at the demo scale of transformer_jax/config/scales.py (SCALES): 3
 layers, d_model 128, d_ff 512, 4 heads, batches of ~2,000 tokens, 450 steps. Ends by
 writing attention pictures of two test sentences to <workdir>/pictures (see
-transformer_jax/visualize.py).
-Expected: test BLEU >= 70 (greedy) after a few minutes on a 2-core CPU; README has the
+transformer_jax/analysis/pictures.py).
+Expected: test BLEU >= 70 (greedy) after a few minutes on a 2-core CPU; docs/results.md has the
 measured figures.
 """
 

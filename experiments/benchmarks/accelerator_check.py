@@ -65,7 +65,8 @@ from transformer_jax.training import hardware, meters, train  # noqa: E402
 OUTPUT_TOLERANCE = 0.02
 GRADIENT_TOLERANCE = 0.05
 FLOAT32_TOLERANCE = 1e-4
-# configs/demo.py's promise ("test BLEU >= 70 (greedy)"); docs/results.md gives the figure measured on a CPU.
+# configs/demo.py's promise ("test BLEU >= 70 (greedy)"); docs/results.md gives the figure
+# measured on a CPU.
 DEMO_BLEU = 70.0
 
 
