@@ -19,7 +19,7 @@ from transformer_jax.data.tokenizer import Tokenizer, vocab_path
 from transformer_jax.errors import ConfigError
 from transformer_jax.io import layout, workdirs
 
-from ..helpers import ROOT, tiny_overrides
+from ..helpers import ROOT, run_command, tiny_overrides
 
 # A made-up language pair: every source word has one target word, so a tiny model learns
 # it fast. Source words use only the letters "aikmnou", target words only "bdersz".
@@ -147,9 +147,7 @@ def test_an_unknown_dataset_is_one_line_naming_the_known_ones():
     c.data.name = "wmt19"
     with pytest.raises(ConfigError, match=f"^data.name='wmt19' is not one of {known}$"):
         config_lib.validate(c)
-    result = subprocess.run([sys.executable, "-m", "transformer_jax.params",
-                             "--config=configs/base.py", "--config.data.name=wmt19"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = run_command("params", "--config=configs/base.py", "--config.data.name=wmt19")
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines == [f"error: --config: data.name='wmt19' is not one of {known}"]
