@@ -24,13 +24,11 @@ Modules whose names start with "_" are not kernels. The masks every kernel build
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
-import os
-import pkgutil
 from collections.abc import Callable
 from typing import Any
 
+from transformer_jax import plugins
 from transformer_jax.errors import ConfigError
 
 # The paper's kernel: the one that hands back weights and applies attention dropout, the
@@ -40,7 +38,7 @@ DENSE = "dense"
 FIELD = "model.attention"
 PATH_VARIABLE = "TRANSFORMER_JAX_KERNELS"
 
-__path__ += [d for d in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if d]
+__path__ += plugins.directories(PATH_VARIABLE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,17 +77,8 @@ class Kernel:
 
 def names() -> tuple[str, ...]:
     """Every kernel's name: the dense kernel first, then the others alphabetically."""
-    return _names(tuple(__path__))
-
-
-@functools.cache
-def _names(path: tuple[str, ...]) -> tuple[str, ...]:
-    for directory in path:
-        if not os.path.isdir(directory):
-            raise ConfigError(f"{PATH_VARIABLE}: {directory} is not a directory")
-    found = {m.name for m in pkgutil.iter_modules(list(path))
-             if not m.ispkg and not m.name.startswith("_")}
-    return (DENSE, *sorted(found - {DENSE}))
+    found = plugins.module_names(tuple(__path__), PATH_VARIABLE)
+    return (DENSE, *(name for name in found if name != DENSE))
 
 
 def get(name: str) -> Kernel:

@@ -30,7 +30,6 @@ import dataclasses
 import importlib
 import logging
 import os
-import pkgutil
 import shlex
 import subprocess
 import time
@@ -38,6 +37,7 @@ from typing import Any
 
 import ml_collections
 
+from transformer_jax import plugins
 from transformer_jax.errors import ConfigError
 from transformer_jax.io import storage, workdirs
 from transformer_jax.sweeps import records
@@ -47,7 +47,7 @@ from transformer_jax.sweeps.vocab import share_vocabulary
 RUNS, SUBMITS, WRITES = "runs", "submits", "writes"
 # More directories of launcher modules.
 PATH_VARIABLE = "TRANSFORMER_JAX_LAUNCHERS"
-__path__ += [d for d in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if d]
+__path__ += plugins.directories(PATH_VARIABLE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,8 +117,7 @@ class Launcher:
 
 def names() -> list[str]:
     """The launchers' names: the modules of this package's path."""
-    return sorted({m.name for m in pkgutil.iter_modules(__path__)
-                   if not m.name.startswith("_")})
+    return list(plugins.module_names(tuple(__path__), PATH_VARIABLE))
 
 
 def get(name: str) -> Launcher:

@@ -26,37 +26,26 @@ calls before it writes anything and a sweep for each of its points.
 
 from __future__ import annotations
 
-import functools
 import importlib
-import os
-import pkgutil
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
 import ml_collections
 
+from transformer_jax import config as config_lib, plugins
 from transformer_jax.errors import ConfigError
 
 # The config field that names a schedule, and the variable naming more directories of them.
 FIELD = "optim.schedule"
 PATH_VARIABLE = "TRANSFORMER_JAX_SCHEDULES"
 
-__path__ += [d for d in os.environ.get(PATH_VARIABLE, "").split(os.pathsep) if d]
+__path__ += plugins.directories(PATH_VARIABLE)
 
 
 def names() -> tuple[str, ...]:
     """Every schedule's name, alphabetically."""
-    return _names(tuple(__path__))
-
-
-@functools.cache
-def _names(path: tuple[str, ...]) -> tuple[str, ...]:
-    for directory in path:
-        if not os.path.isdir(directory):
-            raise ConfigError(f"{PATH_VARIABLE}: {directory} is not a directory")
-    return tuple(sorted(m.name for m in pkgutil.iter_modules(list(path))
-                        if not m.ispkg and not m.name.startswith("_")))
+    return plugins.module_names(tuple(__path__), PATH_VARIABLE)
 
 
 def get(name: str) -> ModuleType:
@@ -74,13 +63,11 @@ def get(name: str) -> ModuleType:
 
 
 def _value(config: ml_collections.ConfigDict, field: str) -> Any:
-    node: Any = config
-    for part in field.split("."):
-        if not isinstance(node, ml_collections.ConfigDict) or part not in node:
-            raise ConfigError(f"{FIELD}={config.optim.schedule!r} reads {field}, a field the "
-                              "config does not have")
-        node = node[part]
-    return node
+    try:
+        return config_lib.get_field(config, field)
+    except (ConfigError, TypeError):  # TypeError: a part of the path is a value, not a section
+        raise ConfigError(f"{FIELD}={config.optim.schedule!r} reads {field}, a field the "
+                          "config does not have") from None
 
 
 def settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
