@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from transformer_jax import config as config_lib
-from transformer_jax.errors import TrainingStopped, UserError
+from transformer_jax.errors import ConfigError, TrainingStopped, UserError
 from transformer_jax.io import checkpoints
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training.meters import CheckpointClock
@@ -208,12 +208,12 @@ def test_checkpoints_are_written_often_enough_to_average_the_papers_window():
 def test_minutes_and_averaging_fields_are_validated():
     c = config_lib.build("base")
     c.train.checkpoint_every_minutes = -1.0
-    with pytest.raises(config_lib.ConfigError, match=r"train.checkpoint_every_minutes=-1.0 "
+    with pytest.raises(ConfigError, match=r"train.checkpoint_every_minutes=-1.0 "
                        r"must be a number in \[0.0, inf\]"):
         config_lib.validate(c)
     c = config_lib.build("base")
     c.train.average_checkpoints = 6
-    with pytest.raises(config_lib.ConfigError, match="train.average_checkpoints=6 exceeds "
+    with pytest.raises(ConfigError, match="train.average_checkpoints=6 exceeds "
                        "train.keep_checkpoints=5"):
         config_lib.validate(c)
 

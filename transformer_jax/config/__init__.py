@@ -52,11 +52,10 @@ from transformer_jax.config.scales import SCALES, Scale
 from transformer_jax.config.table3 import quantity, table3_rows
 from transformer_jax.config.validation import BOOLS, CHOICES, FLOATS, INTS, STRINGS, validate
 from transformer_jax.config.variants import QUANTITIES, VARIANTS, Variant
-from transformer_jax.errors import ConfigError
 
 __all__ = [
     "BOOLS", "CHOICES", "DATASETS", "FLOATS", "INTS", "MODEL_FIELDS", "QUANTITIES", "SCALES",
-    "SEED_FIELDS", "STRINGS", "VARIANTS", "ConfigError", "Dataset", "Scale", "Variant", "apply_all",
+    "SEED_FIELDS", "STRINGS", "VARIANTS", "Dataset", "Scale", "Variant", "apply_all",
     "apply_overrides", "apply_scale", "base_config", "build", "checkpoints_to_average",
     "dataset_settings", "datasets", "derived_dims", "from_arg", "get_field",
     "parse_variant_arg", "quantity", "set_field", "table3_rows", "validate",
