@@ -12,8 +12,11 @@ import time
 
 import pytest
 
+from transformer_jax.errors import UserError
 from transformer_jax.io import layout, workdirs
+from transformer_jax.sweeps.experiment import load_experiment
 from transformer_jax.sweeps.launchers import slurm as slurm_launcher
+from transformer_jax.sweeps.run import run_sweep
 
 from ..helpers import ROOT, run_command, tiny_experiment
 from ..integration.test_multihost import STEPS, env as multihost_env, run_args, train_lines
@@ -65,6 +68,16 @@ def sweep(experiment, root, *args):
 
 def status(experiment, root, *args):
     return sweep(experiment, root, "--status", *args).stdout.splitlines()
+
+
+def test_unsplittable_sbatch_options_are_refused_before_anything_is_written(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv(slurm_launcher.OPTIONS_VARIABLE, '--partition="gpu')
+    with pytest.raises(UserError, match=r"^TRANSFORMER_JAX_SBATCH_OPTIONS='--partition=\"gpu': "
+                                        "No closing quotation$"):
+        run_sweep(load_experiment("experiments/base_vs_big.py"), str(tmp_path / "r"), "slurm")
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_sweep_runs_to_the_end_under_slurm(on_slurm, builtin_data_dir, tmp_path,

@@ -109,6 +109,10 @@ class Launcher:
         """Where a WRITES launcher writes its lines."""
         raise NotImplementedError(f"launcher {self.name} writes its commands: define write()")
 
+    def check(self) -> None:
+        """Refuses (UserError, one line) settings of the environment the launcher cannot
+        use, before the sweep writes anything."""
+
     def queue_state(self, job_id: str) -> str | None:
         """The scheduler's state of a submitted job still queued or running ("PENDING",
         "RUNNING", ...), or None when it has left the queue (or there is no scheduler)."""

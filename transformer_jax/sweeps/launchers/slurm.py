@@ -39,6 +39,9 @@ class Slurm(Launcher):
                 f"--output={workdir}/slurm-%j.out", "--open-mode=append", *sbatch_options(),
                 "launch/slurm.sbatch", config, workdir, *overrides]
 
+    def check(self) -> None:
+        sbatch_options()
+
     def launch(self, job: Job) -> str:
         job.workdir.mkdir(parents=True, exist_ok=True)  # SLURM writes its output file there
         try:
