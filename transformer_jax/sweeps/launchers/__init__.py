@@ -67,8 +67,9 @@ class Job:
 
 
 class Launcher:
-    """A launcher's traits (see the module's docstring) and its ways: the command of a point,
-    how it is started, and the state of a submitted job. ``name`` is its module's name."""
+    """A launcher's traits (see the module's docstring) and its ways: the check of its
+    settings, the command of a point, how it is started, and the state of a submitted job.
+    ``name`` is its module's name."""
 
     help: str = ""  # one line for --launcher's help
     mode: str = RUNS
