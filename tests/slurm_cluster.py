@@ -8,8 +8,9 @@ the node listen on free ports, and their state, spool, logs and pid files stay i
 directory. The node is ``localhost`` (it always resolves: JAX's SLURM cluster finds the
 coordinator by the node's name) with this machine's CPUs; there is no accounting, so a
 job's state is known only while it is in the queue (``squeue``). Every daemon runs in the
-foreground as a child of this process and is stopped by :meth:`Cluster.stop`, also at
-exit.
+foreground as a child of this process and is stopped by :meth:`Cluster.stop` (at exit
+too), which cancels the jobs first; should this process be killed, the daemons end with it,
+but a job then running goes on to its end.
 """
 
 from __future__ import annotations
