@@ -9,7 +9,8 @@ A workdir (one training run)::
       vocab/spm.model        the shared SentencePiece vocabulary (VOCAB / VOCAB_MODEL);
       vocab/row_len.json     the row length chosen from the data (ROW_LEN)
       metrics.jsonl          every logged metric, one JSON record a line (METRICS)
-      final_metrics.json     written once, when the run has finished (FINAL_METRICS)
+      final_metrics.json     written once, when the run has finished or stopped itself
+                             (FINAL_METRICS)
       provenance.json        code, command, versions, machine of each start (PROVENANCE)
       hold.json              the live run's claim on the workdir (HOLD)
       tb/                    TensorBoard event files (TENSORBOARD)
