@@ -34,7 +34,7 @@ CHOICES: dict[str, Collection[str]] = {
 # Fields holding strings without a fixed set of values ("" allowed where it means a default).
 STRINGS = ("variant", "optim.schedule", "data.data_dir", "data.source_lang", "data.target_lang",
            "data.train_files", "data.eval_files", "data.test_files")
-BOOLS = ("model.share_embeddings", "model.remat", "data.packing")
+BOOLS = ("model.share_embeddings", "model.remat", "data.packing", "data.token_cache")
 # Integer fields and their lowest allowed value.
 INTS: dict[str, int] = {
     **dict.fromkeys([
