@@ -59,6 +59,9 @@ def base_config() -> ml_collections.ConfigDict:
     d.row_len = 0
     d.tokens_per_batch = 25_000  # per side, per optimizer step, summed over devices
     d.packing = True
+    # Read each split's token ids from a cache written next to the vocabulary on first use
+    # (data/token_cache.py) instead of tokenizing every pair every epoch; same batches.
+    d.token_cache = True
     # The data is read in this many shards (0: one per process). The batches depend on it, not
     # on the number of processes: set it to compare runs with different process counts.
     d.num_shards = 0

@@ -38,7 +38,8 @@ CHOICES: dict[str, Collection[str]] = {
 STRINGS = ("variant", "optim.schedule", "data.data_dir", "data.source_lang", "data.target_lang",
            "data.train_files", "data.eval_files", "data.test_files", "search.storage",
            "search.study")
-BOOLS = ("model.share_embeddings", "model.remat", "data.packing", "train.stop_on_divergence")
+BOOLS = ("model.share_embeddings", "model.remat", "data.packing", "data.token_cache",
+         "train.stop_on_divergence")
 # Integer fields and their lowest allowed value.
 INTS: dict[str, int] = {
     **dict.fromkeys([

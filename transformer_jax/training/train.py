@@ -101,6 +101,8 @@ class Run:
         self.tokenizer, self.data, self.rows = data.tokenizer, data.train, data.rows
         self.row_len, self.eval_rows = data.shape.row_len, data.eval_rows
         self.eval_source = sources.get_source(config.data, "validation")
+        self.eval_ids = pipeline.split_ids(config, workdir, "validation", self.tokenizer,
+                                           self.eval_source, is_chief=self.is_chief)
         self.writer = MetricWriter(workdir, enabled=self.is_chief)
 
         # Model, state and the compiled steps; the state of the latest checkpoint.
@@ -277,7 +279,7 @@ class Run:
         self.writer.write(metric_keys.TRAIN, self.step // self.accum, scalars)
 
     def _evaluate(self) -> None:
-        batches = pipeline.eval_batches(self.eval_source, self.tokenizer,
+        batches = pipeline.eval_batches(self.eval_ids, self.tokenizer,
                                         max_len=self.config.data.max_len,
                                         rows=self.eval_rows,
                                         max_batches=self.config.train.eval_batches)
