@@ -65,7 +65,7 @@ def main(argv: Sequence[str], flag_values: Any) -> None:
             outcome = run.run_sweep(sweep, f.root, f.launcher, f.scale, f.parallel, f.dry_run,
                                     overrides, experiment=shlex.join(sys.argv[1:]),
                                     prune=None if f.prune == "none" else how)
-        logging.info("%s: %s", sweep.name, run.summary(outcome))
+        logging.info("%s: %s", sweep.name, run.summary(outcome) or "nothing to start")
         if any(r.startswith("failed") for r in outcome.values()):
             sys.exit(1)
 

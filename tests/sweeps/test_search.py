@@ -5,6 +5,7 @@ runs told PRUNED; the status, the report and optuna-dashboard of a study."""
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -96,7 +97,7 @@ def test_a_search_resumes_without_asking_again_and_extends(tmp_path, builtin_dat
                           capture_output=True, text=True).stdout.strip()
     study = study_of(root)
     trial = study.ask({d.field: d.distribution() for d in sweep.space})
-    trial.set_user_attr(search.CLAIM, {"host": os.uname().nodename, "pid": int(gone),
+    trial.set_user_attr(search.CLAIM, {"host": socket.gethostname(), "pid": int(gone),
                                        "since": workdirs.now(), "heartbeat": workdirs.now()})
     assert list(search.run_search(sweep, str(root), search.Search("tpe", 4))) == ["trial=3"]
     trials = study_of(root).get_trials()
@@ -267,3 +268,37 @@ def test_optuna_dashboard_lists_the_trials_of_a_study(tmp_path):
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(timeout=30)
+
+
+# Two tiny points of a grid as trials of a study: ~1 min on a busy 2-core machine.
+@pytest.mark.slow
+def test_a_pruned_grid_makes_each_point_a_trial(tmp_path, builtin_data_dir):
+    from transformer_jax.sweeps.run import run_sweep
+
+    experiment = tmp_path / "grid.py"
+    experiment.write_text(
+        "from transformer_jax.sweeps import hyper\n"
+        "from transformer_jax.sweeps.experiment import Sweep\n"
+        "def get_sweep(arg=None):\n"
+        "    return Sweep('lr_grid', 'configs/table3.py',\n"
+        "                 hyper.sweep('optim.lr_scale', [0.5, 2]),\n"
+        f"                 overrides={tiny_overrides(builtin_data_dir, **SHORT)!r})\n")
+    root = tmp_path / "root"
+    outcome = run_sweep(load_experiment(str(experiment)), str(root), "local", parallel=2,
+                        prune=search.Search(prune="median", trials=1))
+    assert sorted(outcome) == ["lr_scale=0.5", "lr_scale=2"]
+    trials = study_of(root, "lr_grid").get_trials()
+    assert len(trials) == 2
+    for t in trials:
+        (name,) = t.user_attrs["points"]
+        assert outcome[name].startswith(f"finished; trial {t.number}: perplexity ")
+        assert t.state == optuna.trial.TrialState.COMPLETE
+        assert t.value == pytest.approx(final_value(root, name))
+        assert json.loads((root / name / "sweep_point.json").read_text())["trial"] == t.number
+        config = json.loads((root / name / "config.json").read_text())
+        assert config["search"]["prune"] == "median" and config["search"]["trial"] == t.number
+    # Again: both finished, skipped; no trial asked.
+    again = run_sweep(load_experiment(str(experiment)), str(root), "local",
+                      prune=search.Search(prune="median", trials=1))
+    assert set(again.values()) == {"skipped: finished"}
+    assert len(study_of(root, "lr_grid").get_trials()) == 2

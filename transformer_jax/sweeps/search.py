@@ -45,6 +45,7 @@ from typing import Any
 
 import optuna
 
+from transformer_jax import config as config_lib
 from transformer_jax.errors import UserError
 from transformer_jax.io import layout, metric_keys, storage, workdirs
 from transformer_jax.sweeps import hyper, launchers, records, report_metrics, space
@@ -66,7 +67,7 @@ def _quiet(make: Callable[..., Any], **kwargs: Any) -> Any:
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return make(**kwargs)
 # The pruners training judges a trial with (search.prune: training/stops.py's pruner()).
-PRUNERS = ("none", "median", "asha")
+PRUNERS = tuple(config_lib.CHOICES["search.prune"])
 # How often a controller renews the heartbeat of the trials it runs, and polls a scheduler.
 HEARTBEAT_S = workdirs.HEARTBEAT_S
 CLAIM = "controller"  # the trial's user attribute naming the controller that runs it
@@ -108,11 +109,23 @@ def storage_url(root: str, storage_flag: str = "") -> str:
     return storage_flag or os.path.join(root, layout.STUDY_JOURNAL)
 
 
+# Attempts at opening a database: controllers started at once on a new one race to create
+# its tables, and all but one fail once.
+OPEN_ATTEMPTS = 3
+
+
 def open_storage(url: str) -> optuna.storages.BaseStorage:
     """The study's storage, opened as training opens it: UserError in one line for an
-    unreachable or wrong database."""
+    unreachable or wrong database (after OPEN_ATTEMPTS, a second apart)."""
     from transformer_jax.training import stops
 
+    for _ in range(OPEN_ATTEMPTS - 1):
+        try:
+            return stops.open_storage(url)
+        except UserError:
+            if "://" not in url:
+                raise
+            time.sleep(1.0)
     return stops.open_storage(url)
 
 
