@@ -139,6 +139,24 @@ def gcs_server():
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server (tests/postgres_server.py) for the whole session; skipped
+    where PostgreSQL or psycopg2 is missing, failed with CI=true (.ci/run installs them)."""
+    from . import postgres_server as pg
+
+    missing = pytest.fail if os.environ.get("CI") == "true" else pytest.skip
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        missing("psycopg2 is not installed (pip install -e '.[test]')")
+    if pg.binaries() is None:
+        missing("PostgreSQL is not installed (Debian: apt-get install postgresql)")
+    server = pg.Server(pg.binaries())
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def bucket(gcs_server, request):
     """A new empty bucket, ``gs://NAME``, for one test."""

@@ -5,6 +5,9 @@
         [--dry_run] [--status] [--config.FIELD=VALUE ...]
     python -m transformer_jax.sweep configs/table3.py:base --root=runs/lr \
         --grid=optim.lr_scale=0.5,1,2 --grid=optim.warmup_steps=2000,4000 --seeds=3
+    python -m transformer_jax.sweep configs/table3.py:base --root=runs/lr_search \
+        --search=tpe --trials=24 --space=optim.lr_scale=log:0.25:4 \
+        --space=optim.warmup_steps=int:100:600 [--prune=asha] [--storage=postgresql://...]
 
 The first argument is an experiment file or a config file with its variant
 (:mod:`transformer_jax.sweeps.experiment`). Each point trains in ``ROOT/NAME`` with the
@@ -13,6 +16,8 @@ ordinary training command (:mod:`transformer_jax.sweeps.points`), started by the
 ``ROOT/NAME/sweep_point.json`` record the sweep and its attempts
 (:mod:`transformer_jax.sweeps.records`) for ``python -m transformer_jax.compare ROOT``, and
 ``--status`` says where every point stands (:mod:`transformer_jax.sweeps.status`).
+``--search`` samples the ``--space`` with Optuna, trial after trial, instead of running a
+grid (:mod:`transformer_jax.sweeps.search`; docs/sweeps.md, "Search").
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from ml_collections import config_flags
 
 from transformer_jax import cli, config as config_lib
 from transformer_jax.errors import UserError
-from transformer_jax.sweeps import experiment, launchers, run, status
+from transformer_jax.sweeps import experiment, launchers, run, search, status
 
 
 def main(argv: Sequence[str], flag_values: Any) -> None:
@@ -41,14 +46,26 @@ def main(argv: Sequence[str], flag_values: Any) -> None:
         f = flag_values
         if f.seeds < 0:
             raise UserError(f"--seeds={f.seeds} must be >= 0")
-        sweep = experiment.load_experiment(argv[1], f.grid or (), f.seeds)
+        sweep = experiment.load_experiment(argv[1], f.grid or (), f.seeds, f.space or ())
         overrides = config_flags.get_override_values(flags.FLAGS["config"])
+        how = search.Search(f.search or "tpe", f.trials, f.storage, f.objective, f.prune)
+        searching = bool(f.search or sweep.space)
+        if searching and not sweep.space:
+            raise UserError(f"--search={f.search}: give the space to search, e.g. "
+                            "--space=optim.lr_scale=log:0.25:4")
         if f.status:
-            print("\n".join(status.status_lines(sweep, f.root, f.scale, overrides)))
+            lines = (search.status_lines(sweep, f.root, how, f.scale, overrides) if searching
+                     else status.status_lines(sweep, f.root, f.scale, overrides))
+            print("\n".join(lines))
             return
-        outcome = run.run_sweep(sweep, f.root, f.launcher, f.scale, f.parallel, f.dry_run,
-                                overrides, experiment=shlex.join(sys.argv[1:]))
-        logging.info("%s: %s", sweep.name, run.summary(outcome))
+        if searching:
+            outcome = search.run_search(sweep, f.root, how, f.launcher, f.scale, f.parallel,
+                                        f.dry_run, overrides, shlex.join(sys.argv[1:]))
+        else:
+            outcome = run.run_sweep(sweep, f.root, f.launcher, f.scale, f.parallel, f.dry_run,
+                                    overrides, experiment=shlex.join(sys.argv[1:]),
+                                    prune=None if f.prune == "none" else how)
+        logging.info("%s: %s", sweep.name, run.summary(outcome) or "nothing to start")
         if any(r.startswith("failed") for r in outcome.values()):
             sys.exit(1)
 
@@ -68,6 +85,19 @@ if __name__ == "__main__":
     flags.DEFINE_integer("seeds", 0, "Replicate every point over K seeds (initialisation, "
                          "dropout and data order); 0: the config's seeds alone.")
     flags.DEFINE_bool("status", False, "Print where every point stands; start nothing.")
+    flags.DEFINE_enum("search", None, list(search.SAMPLERS), "Search the --space with this "
+                      "Optuna sampler (seeded from train.seed) instead of running a grid.")
+    flags.DEFINE_multi_string("space", [], "A dimension of the search, FIELD=log:LOW:HIGH, "
+                              "FIELD=LOW:HIGH, FIELD=int:LOW:HIGH or FIELD=choice:V1,V2,... "
+                              "(repeatable), e.g. --space=optim.lr_scale=log:0.25:4.")
+    flags.DEFINE_integer("trials", 20, "Trials of a search, counting those done (raise it "
+                         "to extend a search).")
+    flags.DEFINE_string("objective", "perplexity", "The validation figure a search optimizes:"
+                        " perplexity, loss, nll (minimized) or bleu (maximized).")
+    flags.DEFINE_enum("prune", "none", list(search.PRUNERS), "Stop trials (or grid points) "
+                      "that fall behind, judged at each evaluation by Optuna's pruner.")
+    flags.DEFINE_string("storage", "", "The study's database (a SQLAlchemy URL, e.g. "
+                        "postgresql://user@host/db); default ROOT/study.journal.")
     config_flags.DEFINE_config_dict("config", config_lib.base_config(),
                                     "Overrides for every point, e.g. --config.train.seed=1.")
     cli.run(functools.partial(main, flag_values=flags.FLAGS))

@@ -21,7 +21,9 @@ A workdir (one training run)::
                              training's test translations (FINAL_HYPOTHESES, FINAL_REFERENCES)
       pictures/, profile/    attention pictures (PICTURES), profiler traces (PROFILE)
 
-A sweep root holds ``sweep.json`` (SWEEP) and one workdir a point.
+A sweep root holds ``sweep.json`` (SWEEP) and one workdir a point; a search's root also its
+study (STUDY_JOURNAL, Optuna's journal file, unless the study is in a database) and the plots
+of its report (SEARCH_PLOTS).
 """
 
 CONFIG = "config.json"
@@ -45,3 +47,6 @@ FINAL_REFERENCES = f"{EVAL}/test-final.ref.txt"
 PICTURES = "pictures"
 PROFILE = "profile"
 SWEEP = "sweep.json"
+STUDY_JOURNAL = "study.journal"
+SEARCH_PLOTS = {"history": "search_history.png", "importances": "search_importances.png",
+                "slices": "search_slices.png"}

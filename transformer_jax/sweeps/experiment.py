@@ -18,7 +18,7 @@ from typing import Any
 
 from transformer_jax import config as config_lib
 from transformer_jax.errors import ConfigError, UserError
-from transformer_jax.sweeps import hyper
+from transformer_jax.sweeps import hyper, space as space_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +28,10 @@ class Sweep:
     ``parameter`` is the quantity on the report's x axis: a Table 3 quantity
     (config.QUANTITIES, read from each point's variant at the paper's scale), a swept field,
     or "" for the first swept field. ``overrides`` apply to every point, ``demo_overrides``
-    to every point at scale "demo"; ``variant`` is that of points that name none.
+    to every point at scale "demo"; ``variant`` is that of points that name none. A sweep
+    with a ``space`` (:mod:`transformer_jax.sweeps.space`) is a search: each trial samples
+    the space and trains the grid's points (one setting, and its seeds) with the values
+    sampled (:mod:`transformer_jax.sweeps.search`).
     """
 
     name: str
@@ -39,6 +42,7 @@ class Sweep:
     demo_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     description: str = ""
     variant: str = "base"
+    space: Sequence[space_lib.Dimension] = ()
 
     def points(self) -> list[Point]:
         """The grid's points, named; UserError when two are the same."""
@@ -53,8 +57,10 @@ class Sweep:
                 for label, g in zip(labels, self.grid, strict=True)]
 
     def axis(self) -> str:
-        """The report's x axis: ``parameter``, or the first swept field."""
-        return self.parameter or next(iter(hyper.varying(self.grid)), hyper.VARIANT)
+        """The report's x axis: ``parameter``, or the first field of the space or swept."""
+        if self.parameter or self.space:
+            return self.parameter or self.space[0].field
+        return next(iter(hyper.varying(self.grid)), hyper.VARIANT)
 
     def _value(self, point: dict[str, Any], parameter: str) -> Any:
         if parameter in point:
@@ -99,10 +105,12 @@ def config_module(path: str) -> Any:
     return load_module(Path(path), "config")
 
 
-def load_experiment(spec: str, grid: Sequence[str] = (), seeds: int = 0) -> Sweep:
+def load_experiment(spec: str, grid: Sequence[str] = (), seeds: int = 0,
+                    space: Sequence[str] = ()) -> Sweep:
     """The sweep of ``"experiments/FILE.py[:ARG]"`` (``get_sweep(ARG)``) or of
     ``"configs/FILE.py[:VARIANT]"`` (its variant alone), times the ``--grid`` axes
-    (``"optim.lr_scale=0.5,1,2"``) and ``seeds`` seeds."""
+    (``"optim.lr_scale=0.5,1,2"``) and ``seeds`` seeds, its space extended by the
+    ``--space`` dimensions (``"optim.lr_scale=log:0.25:4"``)."""
     path, _, arg = spec.partition(":")
     module = load_module(Path(path), "experiment")
     if hasattr(module, "get_sweep"):
@@ -125,6 +133,9 @@ def load_experiment(spec: str, grid: Sequence[str] = (), seeds: int = 0) -> Swee
     axes += [hyper.seeds(seeds)] if seeds else []
     if axes:
         sweep = dataclasses.replace(sweep, grid=hyper.product([sweep.grid, *axes]))
+    if space:
+        sweep = dataclasses.replace(sweep, space=space_lib.combine(
+            sweep.space, [space_lib.parse(s) for s in space]))
     sweep.points()  # names unique
     return sweep
 
@@ -145,22 +156,5 @@ def parse_grid(text: str) -> list[dict[str, Any]]:
         current = config_lib.get_field(config_lib.base_config(), field)
     except ConfigError as e:
         raise UserError(f"--grid={text}: unknown config field {field}") from e
-    return hyper.sweep(field, [_parse_value(field, v, current) for v in items])
-
-
-def _parse_value(field: str, text: str, current: Any) -> Any:
-    try:
-        if isinstance(current, bool):
-            if text.lower() not in ("true", "false", "1", "0"):
-                raise ValueError
-            return text.lower() in ("true", "1")
-        if isinstance(current, int):
-            return int(text)
-        if isinstance(current, float):
-            return float(text)
-        if isinstance(current, tuple | list):
-            return tuple(int(x) for x in text.split(":") if x)
-    except ValueError:
-        kind = type(current).__name__
-        raise UserError(f"--grid: {field}={text!r} is not a {kind}") from None
-    return text
+    return hyper.sweep(field, [hyper.parse_value(field, v, current, f"--grid={text}")
+                                for v in items])

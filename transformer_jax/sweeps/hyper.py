@@ -28,6 +28,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from transformer_jax.config import SEED_FIELDS
+from transformer_jax.errors import UserError
 
 Point = dict[str, Any]
 SEED = "seed"
@@ -123,3 +124,23 @@ def setting(point: Point, fields: Sequence[str]) -> str:
     """The name of the point's setting: its name without the seed (points that differ only
     in their seed are replicas of one setting)."""
     return point.get(NAME) or name(point, [f for f in fields if f not in SEED_LIKE])
+
+
+def parse_value(field: str, text: str, current: Any, origin: str) -> Any:
+    """``text`` read as the type of the field's ``current`` value (a tuple of ints written
+    ``1:2:3``); UserError naming ``origin`` and the value that does not fit."""
+    try:
+        if isinstance(current, bool):
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return text.lower() in ("true", "1")
+        if isinstance(current, int):
+            return int(text)
+        if isinstance(current, float):
+            return float(text)
+        if isinstance(current, tuple | list):
+            return tuple(int(x) for x in text.split(":") if x)
+    except ValueError:
+        kind = type(current).__name__
+        raise UserError(f"{origin}: {field}={text!r} is not a {kind}") from None
+    return text

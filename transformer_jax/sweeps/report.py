@@ -18,7 +18,10 @@ every subdirectory holding a run) and writes to ``--out`` (default: the root):
   p < 0.05; then every run, and where and with what code they ran;
 * ``loss_curves.png`` -- every run's training loss against the step, one colour a setting;
 * ``dev_vs_<parameter>.png`` -- validation perplexity and BLEU against the swept value: each
-  setting's mean with a ±1 std error bar, every seed's own point, and the paper's.
+  setting's mean with a ±1 std error bar, every seed's own point, and the paper's;
+* for a search, its best trials in results.md and Optuna's plots of its study
+  (:mod:`transformer_jax.sweeps.search_report`): each trial is a setting, its seeds
+  summarised and tested as any setting's.
 
 A run that is missing, unfinished or failed is marked as such in the tables and plots and
 left out of its setting's statistics; it never stops the report.
@@ -38,7 +41,7 @@ from transformer_jax import config as config_lib, paper
 from transformer_jax.errors import UserError
 from transformer_jax.io import layout, metric_keys, provenance, storage
 from transformer_jax.io.workdirs import read_json, read_metrics
-from transformer_jax.sweeps import report_metrics
+from transformer_jax.sweeps import report_metrics, search_report
 from transformer_jax.sweeps.plots import plot_against_value, plot_losses
 from transformer_jax.sweeps.status import point_status
 
@@ -334,9 +337,11 @@ def _spread(summary: tuple[float, float | None, int] | None, digits: int) -> str
 def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
              sets: Sequence[dict[str, Any]] | None = None,
              baseline: dict[str, Any] | None = None,
-             tests: dict[str, dict[str, Any]] | None = None) -> str:
+             tests: dict[str, dict[str, Any]] | None = None,
+             more: Sequence[str] = ()) -> str:
     """The report as Markdown: a heading, where and when, the settings with their spread and
-    significance, every run, and the code and versions they trained with."""
+    significance, ``more`` lines (a search's best trials), every run, and the code and
+    versions they trained with."""
     parameter = definition.get("parameter", "value")
     sets = sets if sets is not None else settings(rows)
     baseline = baseline or choose_baseline(sets)
@@ -386,6 +391,7 @@ def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
         lines.append("| " + " | ".join(cells) + " |")
 
     lines += _best(sets, summarised)
+    lines += ["", *more] if more else []
 
     lines += ["", "## Runs", ""]
     shown = report_metrics.in_runs()
@@ -462,9 +468,13 @@ def report(root: storage.PathLike, out: storage.PathLike | None = None,
     paths = {"csv": out / "results.csv", "markdown": out / "results.md",
              "loss_curves": out / "loss_curves.png",
              "against_value": out / f"dev_vs_{parameter}.png"}
+    study = search_report.study_of(definition, storage.path(root))
+    more = search_report.best_trials(study, definition) if study is not None else []
     write_csv(rows, paths["csv"])
     storage.write_atomically(paths["markdown"], markdown(definition, rows, sets, base,
-                                                             tests))
+                                                             tests, more))
     plot_losses(definition, rows, paths["loss_curves"])
     plot_against_value(definition, sets, paths["against_value"])
+    if study is not None:
+        paths.update(search_report.write_plots(study, out))
     return paths

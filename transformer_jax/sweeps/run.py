@@ -26,7 +26,7 @@ from transformer_jax.sweeps import launchers, records
 from transformer_jax.sweeps.cpu_peak import shared_cpu_peak
 from transformer_jax.sweeps.experiment import Sweep
 from transformer_jax.sweeps.points import point_config, train_args
-from transformer_jax.sweeps.status import point_status
+from transformer_jax.sweeps.status import DONE, point_status
 
 
 def check_workdir_model(workdir: storage.Path, config: ml_collections.ConfigDict,
@@ -42,17 +42,8 @@ def check_workdir_model(workdir: storage.Path, config: ml_collections.ConfigDict
                         "workdir")
 
 
-def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "paper",
-              parallel: int = 1, dry_run: bool = False,
-              overrides: dict[str, Any] | None = None, experiment: str = "",
-              python: str = sys.executable) -> dict[str, str]:
-    """Runs, submits or writes every point not yet finished with the launcher called
-    ``launcher``; returns {point: outcome}.
-
-    Every point's config is built and validated before anything starts. ``dry_run`` shows
-    the launcher's commands and changes nothing. ``python`` is the interpreter of the
-    commands of a launcher whose points train here (others name ``python``).
-    """
+def check_flags(launcher: str, scale: str, parallel: int) -> launchers.Launcher:
+    """The launcher called ``launcher``; UserError for a scale or --parallel it cannot take."""
     chosen = launchers.get(launcher)
     chosen.check()
     if scale not in config_lib.SCALES:
@@ -61,6 +52,23 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
         raise UserError(f"--parallel={parallel} must be >= 1")
     if chosen.mode == launchers.RUNS and parallel > 1 and not chosen.parallel:
         raise UserError(f"--launcher={launcher} runs one point at a time; use --parallel=1")
+    return chosen
+
+
+def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "paper",
+              parallel: int = 1, dry_run: bool = False,
+              overrides: dict[str, Any] | None = None, experiment: str = "",
+              python: str = sys.executable, prune: Any = None) -> dict[str, str]:
+    """Runs, submits or writes every point not yet finished with the launcher called
+    ``launcher``; returns {point: outcome}.
+
+    Every point's config is built and validated before anything starts. ``dry_run`` shows
+    the launcher's commands and changes nothing. ``python`` is the interpreter of the
+    commands of a launcher whose points train here (others name ``python``). ``prune`` (a
+    search.Search with a pruner) makes each point a trial of a study in the root, stopped
+    by the pruner when it falls behind (search.GridTrials).
+    """
+    chosen = check_flags(launcher, scale, parallel)
     points = sweep.points()
     configs = {p.name: point_config(sweep, p, scale, overrides) for p in points}
     root_path = storage.path(root)
@@ -70,25 +78,43 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
         root_path.mkdir(parents=True, exist_ok=True)
         storage.write_atomically(root_path / layout.SWEEP, json.dumps(definition, indent=2))
 
+    trials = None
+    if prune is not None and not dry_run and chosen.mode != launchers.WRITES:
+        from transformer_jax.sweeps.search import GridTrials
+
+        prune.check()
+        trials = GridTrials(sweep, root, prune, chosen, scale, overrides or {})
+        definition["search"] = {"prune": prune.prune, "objective": prune.objective,
+                                "study": sweep.name, "storage": prune.storage}
+        storage.write_atomically(root_path / layout.SWEEP, json.dumps(definition, indent=2))
+
     outcome, todo = {}, []
     for point in points:
         config = configs[point.name][0]
         status = point_status(root_path / point.name, config.train.num_steps, ask_queue=True)
-        if status.kind in ("finished", "queued"):
+        if status.kind in DONE or status.kind == "queued":
             outcome[point.name] = f"skipped: {status}"
+            number = records.read_point(root_path / point.name).get("trial")
+            if trials is not None and status.kind in DONE and isinstance(number, int):
+                trials.tell(number, point)  # a submitted point's trial, once it ended
             logging.info("%s: %s, skipped", point.name, status)
             chosen.skipped(point, status)
             continue
         check_workdir_model(root_path / point.name, config, point.name)
         todo.append((point, status))
+    peak = {}
     if chosen.trains_here and todo and not dry_run:
         peak = shared_cpu_peak([configs[p.name][0] for p, _ in todo])
         configs.update({p.name: point_config(sweep, p, scale, {**(overrides or {}), **peak})
                         for p, _ in todo})
 
-    pending = []
+    pending, numbers = [], {}
     for point, status in todo:
         config, own = configs[point.name]
+        if trials is not None:
+            numbers[point.name] = trials.trial_of(point, root_path / point.name)
+            config, own = point_config(sweep, point, scale, {
+                **(overrides or {}), **peak, **trials.overrides(numbers[point.name])})
         cmd = chosen.command(sweep, point, train_args(sweep, point, scale, config, own, root),
                              python if chosen.trains_here else "python")
         if dry_run:
@@ -97,7 +123,9 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
         else:
             pending.append((point, cmd, config))
     jobs = [launchers.Job(point, root_path / point.name, cmd, config,
-                          records.header(sweep, point, chosen.name), root_path, i, len(pending))
+                          {**records.header(sweep, point, chosen.name),
+                           **({"trial": numbers[point.name]} if point.name in numbers else {})},
+                          root_path, i, len(pending))
             for i, (point, cmd, config) in enumerate(pending)]
     if chosen.mode != launchers.WRITES:
         for job in jobs:
@@ -113,6 +141,10 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
     else:
         for job in jobs:
             outcome[job.point.name] = chosen.launch(job)
+    if trials is not None and chosen.mode == launchers.RUNS:
+        for job in jobs:
+            outcome[job.point.name] += f"; trial {numbers[job.point.name]}: " + trials.tell(
+                numbers[job.point.name], job.point)
     return outcome
 
 

@@ -1,5 +1,6 @@
-"""Where a sweep's points stand: finished, unfinished, failed, queued with the scheduler of
-the launcher that submitted them, running, or not started; and ``--status``'s lines."""
+"""Where a sweep's points stand: finished, stopped early by training (pruned or diverged),
+unfinished, failed, queued with the scheduler of the launcher that submitted them, running,
+or not started; and ``--status``'s lines."""
 
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ from typing import Any
 from transformer_jax.errors import ConfigError
 from transformer_jax.io import layout, metric_keys, storage, workdirs
 from transformer_jax.sweeps import launchers, records
-from transformer_jax.sweeps.experiment import Sweep
+from transformer_jax.sweeps.experiment import Point, Sweep
 from transformer_jax.sweeps.points import point_config
+
+# The kinds of a point that will not train again: finished, or stopped early by training
+# (training/stops.py: a search's pruner stopped it, or its loss diverged).
+DONE = ("finished", "pruned", "diverged")
 
 
 @dataclasses.dataclass(frozen=True)
 class Status:
-    """``kind`` is one of finished, unfinished, failed, queued (by a scheduler) or missing."""
+    """``kind`` is one of finished, pruned, diverged, unfinished, failed, queued (by a
+    scheduler) or missing."""
 
     kind: str
     step: int | None = None
@@ -48,6 +54,10 @@ def point_status(workdir: storage.PathLike, num_steps: int, ask_queue: bool = Fa
     final = workdirs.read_json(workdir / layout.FINAL_METRICS)
     if isinstance(final, dict) and final.get(metric_keys.STEP) == num_steps:
         return Status("finished", num_steps)
+    if isinstance(final, dict) and final.get(metric_keys.STOPPED):
+        stop = stopped(workdir)
+        if stop is not None:
+            return Status(stop.reason, stop.step, f"at step {stop.step} of {num_steps}")
     record = records.read_point(workdir)
     last = (record.get("attempts") or [{}])[-1]
     step = workdirs.last_logged_step(workdir)
@@ -62,6 +72,14 @@ def point_status(workdir: storage.PathLike, num_steps: int, ask_queue: bool = Fa
     return Status("missing")
 
 
+def stopped(workdir: storage.Path) -> Any:
+    """The early stop that ended the point's training (``reason`` pruned or diverged, at
+    ``step``), or None: read by training's own reader of its final record."""
+    from transformer_jax.training import stops
+
+    return stops.stopped(workdir)
+
+
 def running(workdir: storage.PathLike) -> bool:
     """Whether a run holds the workdir now (workdirs.Hold): a live process on this host, or
     a heartbeat of the last few minutes from another."""
@@ -71,15 +89,16 @@ def running(workdir: storage.PathLike) -> bool:
 
 def point_progress(workdir: storage.Path, num_steps: int, ask_queue: bool = True
                    ) -> dict[str, Any]:
-    """Where one point stands: ``state`` (not started, running, queued, finished, failed,
-    stopped), its last logged step, loss and tokens/s, the seconds left at its last speed,
-    and the last error line of a failed point."""
+    """Where one point stands: ``state`` (not started, running, queued, finished, pruned,
+    diverged, failed, stopped), its last logged step, loss and tokens/s, the seconds left at
+    its last speed, and the last error line of a failed point."""
     record = records.read_point(workdir)
     status = point_status(workdir, num_steps)
     log = workdirs.last_train_record(workdir) or {}
     step = log.get(metric_keys.STEP)
-    state = status.kind
-    if state != "finished":
+    state = status.kind if status.kind == "finished" else str(status)
+    if status.kind not in DONE:
+        state = status.kind
         queue = queued(record) if ask_queue else None
         if queue:
             scheduler, job_state, job = queue
@@ -105,12 +124,15 @@ def _minutes(seconds: float) -> str:
 
 
 def status_lines(sweep: Sweep, root: str, scale: str = "paper",
-                 overrides: dict[str, Any] | None = None, ask_queue: bool = True
-                 ) -> list[str]:
+                 overrides: dict[str, Any] | None = None, ask_queue: bool = True,
+                 points: list[Point] | None = None) -> list[str]:
     """One line per point (state, last step, loss, tokens/s, time left or the last error
     line), then the sweep's totals. ``ask_queue``: ask the scheduler of a point submitted
-    to one whether its job still waits or runs."""
-    points = sweep.points()
+    to one whether its job still waits or runs. ``points``: those of a search's trials, in
+    place of the sweep's grid."""
+    points = sweep.points() if points is None else points
+    if not points:
+        return ["0 points"]
     rows = []
     for point in points:
         config = point_config(sweep, point, scale, overrides)[0]

@@ -1,0 +1,161 @@
+"""The space a search samples: one dimension a config field, each an Optuna distribution.
+
+On the command line, ``--space=FIELD=KIND:...`` (repeatable)::
+
+    --space=optim.lr_scale=log:0.25:4        a float, log-uniform in [0.25, 4]
+    --space=model.dropout_rate=0:0.3         a float, uniform in [0, 0.3] (or float:0:0.3)
+    --space=optim.warmup_steps=int:100:600   an integer in [100, 600] (int:log:1:64 log-uniform)
+    --space=model.num_heads=choice:4,8,16    one of the values, read as the field's type
+
+and in an experiment file, ``Sweep(..., space=[space.log("optim.lr_scale", 0.25, 4),
+space.integer("optim.warmup_steps", 100, 600)])``. A bad dimension is refused in one line
+naming it: an unknown field, low >= high, log bounds <= 0, an empty choice, a kind that is
+not one of KINDS or does not fit the field's type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import optuna
+
+from transformer_jax import config as config_lib
+from transformer_jax.errors import ConfigError, UserError
+from transformer_jax.sweeps import hyper
+
+KINDS = ("float", "log", "int", "choice")
+
+
+@dataclasses.dataclass(frozen=True)
+class Dimension:
+    """One config field and the values a search may give it: ``kind`` one of KINDS,
+    ``low``..``high`` for numbers (``log``: log-uniform), ``choices`` for a choice."""
+
+    field: str
+    kind: str
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+
+    def distribution(self) -> optuna.distributions.BaseDistribution:
+        if self.kind == "choice":
+            return optuna.distributions.CategoricalDistribution(self.choices)
+        if self.kind == "int":
+            return optuna.distributions.IntDistribution(int(self.low), int(self.high),
+                                                        log=self.log)
+        return optuna.distributions.FloatDistribution(self.low, self.high, log=self.log)
+
+    def __str__(self) -> str:
+        if self.kind == "choice":
+            return f"{self.field}=choice:{','.join(map(str, self.choices))}"
+        kind = {"float": "", "log": "log:", "int": "int:log:" if self.log else "int:"}[self.kind]
+        return f"{self.field}={kind}{_number(self.low)}:{_number(self.high)}"
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _field_value(field: str, origin: str) -> Any:
+    field = field.removeprefix("config.")
+    try:
+        return config_lib.get_field(config_lib.base_config(), field)
+    except ConfigError:
+        raise UserError(f"{origin}: unknown config field {field}") from None
+
+
+def _check(dim: Dimension, origin: str) -> Dimension:
+    """``dim`` when it fits its field; UserError naming what does not."""
+    current = _field_value(dim.field, origin)
+    if dim.kind not in KINDS:
+        raise UserError(f"{origin}: unknown kind {dim.kind!r}; one of {', '.join(KINDS)}")
+    if dim.kind == "choice":
+        if not dim.choices:
+            raise UserError(f"{origin}: an empty choice")
+        return dim
+    if isinstance(current, bool) or not isinstance(current, int | float):
+        raise UserError(f"{origin}: {dim.field} is a {type(current).__name__}, not a number; "
+                        "use choice:V1,V2,...")
+    if dim.kind in ("float", "log") and isinstance(current, int):
+        raise UserError(f"{origin}: {dim.field} is an int; use int:LOW:HIGH")
+    if dim.kind == "int" and not (float(dim.low).is_integer() and float(dim.high).is_integer()):
+        raise UserError(f"{origin}: int bounds must be integers")
+    if dim.low >= dim.high:
+        raise UserError(f"{origin}: low {_number(dim.low)} >= high {_number(dim.high)}")
+    if dim.log and dim.low <= 0:
+        raise UserError(f"{origin}: log bounds must be > 0")
+    return dim
+
+
+def uniform(field: str, low: float, high: float) -> Dimension:
+    """A float uniform in [low, high]."""
+    return _check(Dimension(field, "float", float(low), float(high)), f"space {field}")
+
+
+def log(field: str, low: float, high: float) -> Dimension:
+    """A float log-uniform in [low, high] (both > 0)."""
+    return _check(Dimension(field, "log", float(low), float(high), log=True), f"space {field}")
+
+
+def integer(field: str, low: int, high: int, log: bool = False) -> Dimension:  # noqa: A002
+    """An integer in [low, high], log-uniform with ``log``."""
+    return _check(Dimension(field, "int", low, high, log=log), f"space {field}")
+
+
+def choice(field: str, values: Sequence[Any]) -> Dimension:
+    """One of ``values``."""
+    return _check(Dimension(field, "choice", choices=tuple(values)), f"space {field}")
+
+
+def parse(text: str) -> Dimension:
+    """The dimension of ``--space=FIELD=KIND:...`` (see the module's docstring)."""
+    origin = f"--space={text}"
+    field, sep, spec = text.partition("=")
+    field = field.strip().removeprefix("config.")
+    if not sep or not spec.strip():
+        raise UserError(f"{origin}: give FIELD=KIND:..., e.g. --space=optim.lr_scale=log:0.25:4")
+    current = _field_value(field, origin)
+    kind, _, rest = spec.strip().partition(":")
+    if kind not in KINDS:
+        if not _numeric(kind):
+            raise UserError(f"{origin}: unknown kind {kind!r}; one of {', '.join(KINDS)}, or "
+                            "LOW:HIGH")
+        kind, rest = "float", spec.strip()
+    if kind == "choice":
+        values = [hyper.parse_value(field, v.strip(), current, origin)
+                  for v in rest.split(",") if v.strip()]
+        return _check(Dimension(field, "choice", choices=tuple(values)), origin)
+    log_int = kind == "int" and rest.startswith("log:")
+    bounds = rest.removeprefix("log:").split(":") if log_int else rest.split(":")
+    if len(bounds) != 2 or not all(_numeric(b) for b in bounds):
+        raise UserError(f"{origin}: give {kind}:LOW:HIGH with two numbers")
+    low, high = (float(b) for b in bounds)
+    return _check(Dimension(field, kind, low, high, log=kind == "log" or log_int), origin)
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def combine(dims: Sequence[Dimension], more: Sequence[Dimension]) -> tuple[Dimension, ...]:
+    """A sweep's dimensions and those of the command line; UserError when a field repeats."""
+    out = (*dims, *more)
+    fields = [d.field for d in out]
+    repeated = sorted({f for f in fields if fields.count(f) > 1})
+    if repeated:
+        raise UserError(f"--space: {', '.join(repeated)} given twice")
+    return out
+
+
+def values(trial: optuna.trial.BaseTrial | optuna.trial.FrozenTrial,
+           dims: Sequence[Dimension]) -> dict[str, Any]:
+    """The trial's values of the dimensions, by field."""
+    params = trial.params
+    return {d.field: params[d.field] for d in dims if d.field in params}
