@@ -18,6 +18,8 @@ from transformer_jax.decoding import decode  # noqa: E402
 from transformer_jax.exports import ctranslate2 as target, mapping  # noqa: E402
 from transformer_jax.model.transformer import Transformer  # noqa: E402
 
+from ..helpers import run_command  # noqa: E402
+
 SENTENCES = 100
 
 
@@ -117,3 +119,18 @@ def test_a_wrong_mapping_fails_the_checks(run, greedy, tmp_path):
     wrong_ids = _export(run, tmp_path / "ids", id_order=order)
     assert _score_gap(run, wrong_ids) > 1e-2
     assert _theirs(run, wrong_ids, beam_size=1) != greedy
+
+
+def test_the_command_writes_a_translator_directory(run, trained_workdir, tmp_path):
+    out = tmp_path / "int8"
+    ran = run_command("export", "ctranslate2", f"--workdir={trained_workdir}", f"--out={out}",
+                      "--average=1", "--quantization=int8")
+    assert ran.returncode == 0, ran.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["int8"]  # nothing left beside
+    assert (out / "README.md").is_file()
+    tok = run[0].tokenizer
+    assert (out / "spm.model").read_bytes() == tok.path.read_bytes()
+    translator = ctranslate2.Translator(str(out), device="cpu", compute_type="int8")
+    result = translator.translate_batch(_pieces(tok, run[2][:2]), beam_size=1,
+                                        max_decoding_length=10)
+    assert all(r.hypotheses[0] for r in result)
