@@ -164,14 +164,20 @@ def demo_shape(args: argparse.Namespace) -> dict[str, object]:
     return figures
 
 
-def base_shape(args: argparse.Namespace) -> dict[str, object]:
+def base_setup() -> tuple[TransformerConfig, object, jax.Array, int]:
+    """(config, random parameters, sources, output buffer) of the base shape."""
     c = config_lib.build("base")
     config = TransformerConfig.from_config(c.model, c.data.vocab_size)
     batch, source_length, length = BASE_SHAPE.values()
     # translation.translate's buffer: one more than the longest output, rounded up.
     buffer = -(-(length + 1) // translation.LENGTH_BUCKET) * translation.LENGTH_BUCKET
     params = init_params(config, jax.random.key(0))
-    inputs = random_sources(config, batch, source_length)
+    return config, params, random_sources(config, batch, source_length), buffer
+
+
+def base_shape(args: argparse.Namespace) -> dict[str, object]:
+    batch, source_length, length = BASE_SHAPE.values()
+    config, params, inputs, buffer = base_setup()
     print(f"\nbase model ({config.num_layers} + {config.num_layers} layers, d_model "
           f"{config.d_model}, vocabulary {config.vocab_size}), {batch} sentences of "
           f"{source_length} source tokens, {length} output tokens (buffer {buffer})")
@@ -212,12 +218,8 @@ def ctranslate2_shape(args: argparse.Namespace) -> dict[str, object]:
 
     from transformer_jax.exports import ctranslate2 as export_ct2, mapping
 
-    c = config_lib.build("base")
-    config = TransformerConfig.from_config(c.model, c.data.vocab_size)
     batch, source_length, length = BASE_SHAPE.values()
-    buffer = -(-(length + 1) // translation.LENGTH_BUCKET) * translation.LENGTH_BUCKET
-    params = init_params(config, jax.random.key(0))
-    inputs = random_sources(config, batch, source_length)
+    config, params, inputs, buffer = base_setup()
     tokens = ["<pad>", "</s>", "<unk>", *(f"t{i}" for i in range(3, config.vocab_size))]
     sources = [[tokens[i] for i in row[:-1]] for row in np.asarray(inputs)]  # EOS added
     threads = os.cpu_count() or 1
