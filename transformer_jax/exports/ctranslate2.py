@@ -133,7 +133,8 @@ README = """\
 
 Exported from the transformer_jax run `{workdir}` (checkpoint(s) {steps}{quantized}).
 The vocabulary is the run's SentencePiece model, `{spm}`; CTranslate2 appends the end of
-sentence to each source itself.
+sentence to each source itself. The position table has {max_len} rows: sources and outputs
+of at most {max_len} tokens (`max_input_length`, `max_decoding_length`).
 
 ```python
 import ctranslate2
@@ -144,7 +145,8 @@ translator = ctranslate2.Translator(".", device="cpu")
 sources = [sp.encode(s, out_type=str) for s in ["A sentence to translate."]]
 results = translator.translate_batch(
     sources, beam_size={beam_size}, length_penalty={alpha},
-    max_decoding_length=max(len(s) for s in sources) + {offset},
+    max_input_length={max_len},
+    max_decoding_length=min(max(len(s) for s in sources) + {offset}, {max_len}),
     suppress_sequences=[["<pad>"]])  # padding starts the decoder and is never an output
 print([sp.decode(r.hypotheses[0]) for r in results])
 ```
@@ -175,4 +177,5 @@ def export(loaded: Any, config: Any, workdir: str, directory: str,
             name=os.path.basename(os.path.normpath(workdir)), workdir=workdir,
             steps=", ".join(map(str, loaded.steps)), spm=layout.VOCAB_MODEL,
             quantized=f", weights quantized to {quantization}" if quantization else "",
-            beam_size=d.beam_size, alpha=d.alpha, offset=d.max_len_offset))
+            beam_size=d.beam_size, alpha=d.alpha, offset=d.max_len_offset,
+            max_len=model_config.max_len))
