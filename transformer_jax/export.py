@@ -32,7 +32,11 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
             if name != "hf":
                 raise UserError(f"--from_hf reads a MarianMT directory: the target is hf, "
                                 f"not {name}")
-            exports.get("hf").import_directory(from_hf, out)
+            from transformer_jax.config import resume
+            from transformer_jax.training import warm_start
+
+            exports.get("hf").import_directory(from_hf, out, lambda workdir, params: (
+                warm_start.save_initial(resume.workdir_config(workdir), workdir, params)))
             return
         if not flags_["workdir"].value:
             raise UserError("--workdir: the trained run to export")

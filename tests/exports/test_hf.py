@@ -5,6 +5,7 @@ config.json, through --from_hf) it gives our logits again; against transformers'
 import json
 import shutil
 
+import jax
 import numpy as np
 import pytest
 
@@ -114,3 +115,26 @@ def test_transformers_gives_our_logits_and_greedy_ids(trained_workdir, exported,
     for row, out in zip(greedy, generated, strict=True):
         mine = row.tolist()[: row.tolist().index(EOS_ID) + 1 if EOS_ID in row else max_len]
         assert out[1:1 + len(mine)].tolist() == mine
+
+
+@pytest.mark.slow
+def test_training_resumes_from_the_read_back_workdir(exported, tmp_path):
+    from transformer_jax.config import resume
+    from transformer_jax.training import train
+
+    workdir = tmp_path / "back"
+    assert run_command("export", "hf", f"--from_hf={exported}",
+                       f"--out={workdir}").returncode == 0
+    imported = mapping.load(workdir, 1)[0].params
+    config = resume.workdir_config(workdir)
+    config.train.update(num_steps=1, bleu_every=0)
+    train.train_and_evaluate(config, workdir)
+    assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["0", "1"]
+    stepped = mapping.load(workdir, 1)[0]
+    assert stepped.steps == [1]
+    # One Adam step of the warmup's first learning rate (d_model^-0.5 x warmup^-1.5 =
+    # 0.002 here) moves no parameter further than that: training went on from the import.
+    lr = config.model.d_model ** -0.5 * config.optim.warmup_steps ** -1.5
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(
+        jax.tree.leaves(imported), jax.tree.leaves(stepped.params), strict=True))
+    assert 0 < moved <= lr * 1.01

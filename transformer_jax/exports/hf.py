@@ -24,8 +24,10 @@ exactly.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -285,16 +287,22 @@ def model_config_of(marian: dict[str, Any], path: str) -> TransformerConfig:
         max_len=marian["max_position_embeddings"], deterministic=True)
 
 
-def import_directory(source: str, out: storage.PathLike) -> None:
+def import_directory(source: str, out: storage.PathLike,
+                     start_training: Callable[[str, Any], None] | None = None) -> None:
     """Reads the MarianMT directory ``source`` into the new workdir ``out``: config.json
     (the exported run's, or the base config with the MarianMT model's shape), the shared
-    vocabulary and a checkpoint of the parameters (step 0), which ``translate``,
-    ``evaluate`` and ``visualize`` read."""
+    vocabulary and checkpoint 0 with the parameters, which ``translate``, ``evaluate`` and
+    ``visualize`` read.
+
+    ``start_training(workdir, params)`` writes that checkpoint as a new run's, with the
+    optimizer and data state training resumes from (``training.warm_start``); where it
+    cannot (a UserError: the config's data is not on this machine) or is not given, the
+    checkpoint holds the parameters alone, and a warning says training cannot resume it.
+    """
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
     from transformer_jax import config as config_lib
-    from transformer_jax.io import checkpoints
 
     mapping.check_new(out)
     marian = _read_json(os.path.join(source, CONFIG))
@@ -320,7 +328,6 @@ def import_directory(source: str, out: storage.PathLike) -> None:
     except KeyError as e:
         raise UserError(f"{weights_path}: no tensor {e.args[0]}") from None
     run_path = os.path.join(source, RUN_CONFIG)
-    config = config_lib.base_config()
     if os.path.isfile(run_path):
         saved = _read_json(run_path)
     else:
@@ -329,17 +336,31 @@ def import_directory(source: str, out: storage.PathLike) -> None:
     saved.setdefault("data", {})["vocab_size"] = mc.vocab_size
     with mapping.writing(out) as directory:
         with open(os.path.join(directory, layout.CONFIG), "w", encoding="utf-8") as f:
-            json.dump(_merged(config.to_dict(), saved), f, indent=2, default=str)
+            json.dump(_merged(config_lib.base_config().to_dict(), saved), f, indent=2,
+                      default=str)
         os.makedirs(os.path.join(directory, layout.VOCAB))
         with open(os.path.join(directory, layout.VOCAB, layout.VOCAB_MODEL), "wb") as f:
             f.write(spm_bytes)
-        ckpts = checkpoints.Checkpoints(directory, 1)
         try:
-            ckpts.save(0, {"params": params}, None, {"step": 0, "vocab_size": mc.vocab_size,
-                                                      "from_hf": os.path.abspath(source)},
-                       force=True)
-        finally:
-            ckpts.close()
+            if start_training is None:
+                raise UserError("no training state asked for")
+            start_training(directory, params)
+        except UserError as e:
+            logging.warning("warning: %s; %s holds the parameters alone: translate, evaluate "
+                            "and visualize read them, training cannot resume from them", e, out)
+            _save_params(directory, params, mc.vocab_size, source)
+
+
+def _save_params(directory: str, params: Any, vocab_size: int, source: str) -> None:
+    from transformer_jax.io import checkpoints
+
+    ckpts = checkpoints.Checkpoints(directory, 1)
+    try:
+        ckpts.save(0, {"params": params}, None, {"step": 0, "vocab_size": vocab_size,
+                                                  "from_hf": os.path.abspath(source)},
+                   force=True)
+    finally:
+        ckpts.close()
 
 
 def _merged(base: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any]:
