@@ -37,6 +37,9 @@ def tiny_config(data_dir, **train):
     c.data.vocab_sample = 200_000
     c.data.max_len = 32
     c.data.tokens_per_batch = 16 * 32
+    # A run of seconds reads a few thousand of the corpus's 100,000 pairs: tokenizing them all
+    # into a token cache first would cost more than it saves (test_token_cache.py tests it).
+    c.data.token_cache = False
     c.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=4, max_len=64, dropout_rate=0.1)
     c.optim.warmup_steps = 20
     c.train.update(num_steps=20, log_every=5, eval_every=10, eval_batches=2,

@@ -13,9 +13,10 @@ from typing import Any, NoReturn
 from absl import app, flags, logging as absl_logging
 from ml_collections import ConfigDict, config_flags
 
-from transformer_jax.errors import UserError
+from transformer_jax.errors import TrainingStopped, UserError
 
-# Errors that mean bad input rather than a bug: reported in one line, exit status 2.
+# Errors that mean bad input rather than a bug: reported in one line, exit status 2 (a
+# training run that stopped itself: its message, and the status of its reason).
 USER_ERRORS = (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
                PermissionError, TimeoutError)
 
@@ -91,7 +92,8 @@ def fail(message: str) -> NoReturn:
 def clean_errors(errors: tuple[type[BaseException], ...] = USER_ERRORS,
                  describe: Callable[[BaseException], str] = str) -> Iterator[None]:
     """Turns one of ``errors`` (by default the bad-input ones) into one line on stderr,
-    ``describe(error)``, and exit status 2.
+    ``describe(error)``, and exit status 2; a TrainingStopped into its message and its exit
+    status (errors.STOP_EXIT_STATUS).
 
     Set TRANSFORMER_JAX_TRACEBACK=1 to see the full traceback instead.
     """
@@ -100,6 +102,9 @@ def clean_errors(errors: tuple[type[BaseException], ...] = USER_ERRORS,
     except errors as e:
         if os.environ.get("TRANSFORMER_JAX_TRACEBACK"):
             raise
+        if isinstance(e, TrainingStopped):
+            print(str(e), file=sys.stderr)
+            sys.exit(e.exit_status)
         fail(describe(e))
 
 

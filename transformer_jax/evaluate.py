@@ -46,6 +46,10 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
         print(f"BLEU (tokenized, compound-split, as in the paper): {r['tokenized_bleu']:.2f}  "
               f"{r['tokenized_bleu_signature']}")
         print(f"wrote {r['files'][0]} and {r['files'][1]}")
+        long = [translation.LongInput(**x) for x in r["shortened_sources"]]
+        for line in translation.shortened_report(f"{split} sentence", long, r["sentences"],
+                                                 f"{split} sentences", r["source_limit"]):
+            print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,11 @@ workdir's config (the paper's beam search by default), which ``--config.decode.F
 overrides. The parameters are averaged over the run's last checkpoints as ``evaluate`` does
 (the config's number, 5 for base and 20 for big; ``--average=1``: the latest alone). Progress,
 the checkpoints averaged and any warning about them go to stderr.
+
+A line longer than the model takes (``model.max_len`` tokens) is shortened to it, each such
+line named on stderr (its number and length) before translating, then their count;
+``--max_input_len=N`` (at most the model's limit) refuses instead a line longer than N tokens,
+before anything is translated or written.
 """
 
 from __future__ import annotations
@@ -27,12 +32,17 @@ from transformer_jax.io import storage
 TRANSLATE_OVERRIDES = ("decode",)
 
 
+def input_name(path: str) -> str:
+    """How messages name the input ``path`` ("-": stdin)."""
+    return "<stdin>" if path == "-" else path
+
+
 def read_lines(path: str) -> list[str]:
     """The lines of ``path`` ("-": stdin) as text, without line ends.
 
     Raises DataError naming the line of the first invalid UTF-8.
     """
-    name = "<stdin>" if path == "-" else path
+    name = input_name(path)
     data = sys.stdin.buffer.read() if path == "-" else storage.path(path).read_bytes()
     data = data.removeprefix(b"\xef\xbb\xbf")  # a UTF-8 byte-order mark is not text
     lines = data.split(b"\n")
@@ -69,14 +79,23 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
         workdir = flags_["workdir"].value
         config = resume.workdir_config(workdir, cli.override_values(flags_["config"]),
                                     TRANSLATE_OVERRIDES)
-        sentences = read_lines(flags_["input"].value)
+        source = flags_["input"].value
+        sentences = read_lines(source)
         output = flags_["output"].value
         if output != "-" and not storage.path(output).parent.is_dir():
             raise FileNotFoundError(f"--output={output}: no directory "
                                     f"{storage.path(output).parent}")
+        max_input_len = flags_["max_input_len"].value
+        limit = translation.input_limit(config.model.max_len, max_input_len)
         loaded = restore.load_workdir(workdir, config, flags_["average"].value)
         for note in loaded.notes:
             logging.warning("warning: %s", note)
+        where = f"{input_name(source)} line"
+        long = translation.long_inputs(loaded.tokenizer, sentences, limit)
+        if max_input_len is not None:
+            translation.refuse_long(where, long, limit)
+        for line in translation.shortened_report(where, long, len(sentences), "lines", limit):
+            print(line, file=sys.stderr)
         decoding = decode.DecodeConfig.from_config(config.decode)
         with tqdm(total=len(sentences), desc="translating", unit=" sentences",
                   file=sys.stderr) as bar:
@@ -99,4 +118,8 @@ if __name__ == "__main__":
             "average", None, "Average the parameters of the last N checkpoints; 1: the latest "
             "alone. Default: the run's train.average_checkpoints (0: train.keep_checkpoints), "
             "or all the workdir holds if fewer.", lower_bound=1),
+        "max_input_len": flags.DEFINE_integer(
+            "max_input_len", None, "Refuse a line longer than N tokens (at most the model's "
+            "model.max_len) instead of shortening it to the model's limit with a warning.",
+            lower_bound=1),
     }))

@@ -4,8 +4,12 @@
 
 Measures, on this machine:
 
-1. the training pipeline (read, tokenize, pack, batch; ``pipeline.data_for``) in target and
-   source tokens per second (real tokens, padding excluded):
+1. the training pipeline (read, pack, batch; ``pipeline.data_for``) in target and source
+   tokens per second (real tokens, padding excluded), each shape two ways in the same run:
+   reading ids from the token cache (``data.token_cache``, written on first use and timed
+   here) and tokenizing with SentencePiece on the fly. Besides tokens per second of wall
+   time, tokens per second of CPU time (all the process's threads): the rate of one reading
+   core, which does not depend on how many cores other work leaves free.
    * ``demo``: the built-in corpus at the demo config's shape (rows of 64 slots);
    * ``base, WMT-like``: pairs of WMT14-like length (built-in sentences joined, mean ~25
      words, a long tail to ~150) from a TSV file through the text path, at the base config's
@@ -13,12 +17,14 @@ Measures, on this machine:
      the built-in corpus supports; the paper's is 37,000);
 2. the demo train step's consumption: target tokens/s of ``python -m transformer_jax.main``'s
    loop at configs/demo.py, measured over ``--train_steps`` steps after compilation;
-3. the base model's consumption, not measured here: the paper's 8 P100 (25,000 target tokens
-   in 0.4 s) and an estimate for one accelerator sustaining 200 TFLOP/s, from the FLOPs per
-   target token of ``transformer_jax.params``.
+3. what one H100 consumes at ``TARGET_MFU`` on the base and the big model, not measured here:
+   its bf16 peak (``training/hardware.py``) over the training FLOPs per target token of
+   ``model/params.py`` at rows of 256, and the reading cores that takes at the measured
+   per-core rate of the base shape; and the paper's 8 P100 (25,000 target tokens in 0.4 s).
 
 Passes when the demo-shape pipeline delivers at least 10x the demo train step's target tokens
-per second. Ends with one JSON line of the figures.
+per second and the cache delivers at least ``GOAL_PER_CORE`` target tokens per CPU-second at
+the base shape. Ends with one JSON line of the figures.
 """
 
 from __future__ import annotations
@@ -46,14 +52,18 @@ from transformer_jax.data import (  # noqa: E402
     packing,
     pipeline,
     sources,
-    tokenizer as tokenizer_lib,  # noqa: E402
+    token_cache,
+    tokenizer as tokenizer_lib,
 )
 from transformer_jax.io import workdirs  # noqa: E402
 from transformer_jax.model import params  # noqa: E402
-from transformer_jax.training import train  # noqa: E402
+from transformer_jax.training import hardware, train  # noqa: E402
 
 PAPER_BASE_TARGET_TOKENS_PER_S = 25_000 / 0.4  # 8 P100 GPUs, 0.4 s per step (section 5.2)
-ASSUMED_ACCELERATOR_FLOPS = 200e12  # sustained train-step FLOP/s of one modern accelerator
+ACCELERATOR = "H100"  # the accelerator whose consumption the reading cores must match
+TARGET_MFU = 0.40  # the model-FLOPs utilisation it is assumed to train at
+ROW_LEN = 256  # the base and big shapes' rows (data.max_len)
+GOAL_PER_CORE = 1_000_000  # target tokens per CPU-second from the token cache, base shape
 REQUIRED_RATIO = 10.0
 
 
@@ -65,48 +75,77 @@ def pairs_in(batch: dict[str, np.ndarray]) -> int:
 def measure_pipeline(config, workdir: Path, seconds: float) -> dict[str, float]:
     """Tokens/s of the config's training pipeline in its steady state.
 
-    Reading threads work ahead by up to ``pipeline.PREFETCH_CHUNKS`` chunks, so the warm-up
-XX
-    faster, waits on every chunk) before ``seconds`` of timed batches.
+    Reading threads work ahead by up to ``pipeline.PREFETCH_CHUNKS`` chunks, so twice that
+    many chunks' pairs are taken first (the read-ahead drained: from then on the trainer,
+    being faster, waits on every chunk) before ``seconds`` of timed batches. The CPU time of
+    the whole process over the timed batches gives the rate per reading core.
     """
+    start = time.perf_counter()
     _, data, rows, _, _ = pipeline.data_for(config, workdir, num_devices=1, process_index=0,
                                             process_count=1)
+    setup = time.perf_counter() - start
     warm = 0
     while warm < 2 * pipeline.PREFETCH_CHUNKS * pipeline.CHUNK_PAIRS:
         warm += pairs_in(next(data.iterator))
     target = source = batches = 0
     padding = []
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         batch = next(data.iterator)
         target += int(np.sum(batch["targets_segment_ids"] > 0))
         source += int(np.sum(batch["inputs_segment_ids"] > 0))
         padding.append(packing.padding_fraction(batch))
         batches += 1
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     return {"target_tokens_per_s": target / elapsed, "source_tokens_per_s": source / elapsed,
+            "target_tokens_per_cpu_s": target / cpu, "cores_busy": cpu / elapsed,
             "padding_fraction": float(np.mean(padding)), "rows": rows,
-            "target_tokens_per_batch": target / batches}
+            "target_tokens_per_batch": target / batches, "setup_s": setup}
+
+
+def measure_both(config, workdir: Path, seconds: float) -> dict[str, dict[str, float]]:
+    """:func:`measure_pipeline` tokenizing on the fly, then reading the token cache (written
+    on first use, within ``setup_s``), in one workdir (one vocabulary)."""
+    config.data.token_cache = False
+    fly = measure_pipeline(config, workdir, seconds)  # trains the vocabulary
+    config.data.token_cache = True
+    cache = measure_pipeline(config, workdir, seconds)  # writes the cache, then reads it
+    return {"cache": cache, "fly": fly}
 
 
 def stage_costs(config, workdir: Path, pairs: int = 4096) -> dict[str, float]:
-    """Microseconds per pair of each stage, on one chunk of the training split."""
+    """Microseconds per pair of each stage, on one chunk of the training split: the epoch
+    order, reading text and tokenizing it, or reading ids from the token cache, packing."""
     source = sources.get_source(config.data, "train")
     tok = tokenizer_lib.Tokenizer(tokenizer_lib.vocab_path(workdir))
-    indices = np.random.default_rng(0).permutation(len(source))[:pairs]
+    cached = pipeline.split_ids(config, workdir, "train", tok, source)
+    fly = token_cache.TokenizedPairs(source, tok)
     t0 = time.perf_counter()
-    read = pipeline.read_pairs(source, indices)
+    indices = pipeline.Chunks(pipeline.epoch_order(len(source), 0), pairs, endless=True)[3]
     t1 = time.perf_counter()
-    inputs, targets = pipeline.encode_pairs(tok, read)
+    read = token_cache.read_pairs(source, indices)
     t2 = time.perf_counter()
-    keep = [max(len(a), len(b)) <= config.data.max_len for a, b in zip(inputs, targets,
-                                                                        strict=True)]
-    packing.pack([a for a, k in zip(inputs, keep, strict=True) if k],
-                 [b for b, k in zip(targets, keep, strict=True) if k], config.data.max_len)
+    token_cache.encode_pairs(tok, read)
     t3 = time.perf_counter()
+    inputs, targets = cached.read_ids(indices)
+    t4 = time.perf_counter()
+    keep = np.maximum(inputs.lengths, targets.lengths) <= config.data.max_len
+    packing.pack_ragged(inputs.take(keep), targets.take(keep), config.data.max_len)
+    t5 = time.perf_counter()
+    if (inputs.tolist(), targets.tolist()) != tuple(r.tolist() for r in fly.read_ids(indices)):
+        raise AssertionError("the token cache's ids differ from SentencePiece's")
     n = len(indices)
-    return {"read_us": (t1 - t0) / n * 1e6, "tokenize_us": (t2 - t1) / n * 1e6,
-            "pack_us": (t3 - t2) / n * 1e6}
+    return {"order_us": (t1 - t0) / n * 1e6, "read_us": (t2 - t1) / n * 1e6,
+            "tokenize_us": (t3 - t2) / n * 1e6, "cache_read_us": (t4 - t3) / n * 1e6,
+            "pack_us": (t5 - t4) / n * 1e6}
+
+
+def accelerator_consumption(variant: str) -> tuple[float, int]:
+    """(target tokens/s, FLOPs per target token) of one ``ACCELERATOR`` training
+    ``variant`` in rows of ``ROW_LEN`` at ``TARGET_MFU``."""
+    flops = params.train_flops_per_token(params.model_config_of(config_lib.build(variant)),
+                                         ROW_LEN)
+    return TARGET_MFU * hardware.PEAK_FLOPS[ACCELERATOR] / flops, flops
 
 
 def wmt_like_tsv(path: Path, num_pairs: int = 60_000, seed: int = 0) -> Path:
@@ -159,54 +198,77 @@ def run(tmp: Path, args: argparse.Namespace) -> None:
 
     demo = demo_config.get_config()
     demo.data.data_dir = str(data_dir)
-    demo_pipe = measure_pipeline(demo, tmp / "demo_pipe", args.seconds)
+    demo_pipe = measure_both(demo, tmp / "demo_pipe", args.seconds)
     demo_stages = stage_costs(demo, tmp / "demo_pipe")
 
     base = config_lib.build("base", "text")
     base.data.train_files = base.data.eval_files = str(wmt_like_tsv(tmp / "wmt_like.tsv"))
     base.data.vocab_size = 8000  # what the built-in vocabulary supports (the paper: 37,000)
     base.data.vocab_sample = 3_000_000
-    base.data.row_len = base.data.max_len  # the base shape's rows of 256, not sized to the data
-    base_pipe = measure_pipeline(base, tmp / "base_pipe", args.seconds)
+    base.data.row_len = ROW_LEN  # the base shape's rows of 256, not sized to the data
+    base_pipe = measure_both(base, tmp / "base_pipe", args.seconds)
     base_stages = stage_costs(base, tmp / "base_pipe")
 
-    demo_train = measure_demo_train_step(data_dir, tmp / "demo_train", args.train_steps)
-    flops = params.train_flops_per_token(
-        params.model_config_of(config_lib.build("base")), 256)
-    base_estimate = ASSUMED_ACCELERATOR_FLOPS / flops
+    demo_train = (measure_demo_train_step(data_dir, tmp / "demo_train", args.train_steps)
+                  if args.train_steps else {"target_tokens_per_s": math.nan})
+    per_core = base_pipe["cache"]["target_tokens_per_cpu_s"]
+    per_core_fly = base_pipe["fly"]["target_tokens_per_cpu_s"]
+    consumption = {v: accelerator_consumption(v) for v in ("base", "big")}
+    cores = {v: tokens / per_core for v, (tokens, _) in consumption.items()}
+    cores_fly = {v: tokens / per_core_fly for v, (tokens, _) in consumption.items()}
 
-    ratio = demo_pipe["target_tokens_per_s"] / demo_train["target_tokens_per_s"]
-    passed = ratio >= REQUIRED_RATIO
+    ratio = demo_pipe["cache"]["target_tokens_per_s"] / demo_train["target_tokens_per_s"]
+    passed = bool(ratio >= REQUIRED_RATIO and per_core >= GOAL_PER_CORE)
     import jax
 
     load = os.getloadavg()[0]
     print(f"machine: {os.cpu_count()} CPU cores, load average {load:.1f} during the run; "
           f"train step on {jax.devices()[0].platform}")
-    print("input pipeline (one process, target / source tokens per second, padding excluded)")
-    for name, m, s in (("demo shape, built-in corpus", demo_pipe, demo_stages),
-                       ("base shape, WMT-like lengths", base_pipe, base_stages)):
-        print(f"  {name:30s} {m['target_tokens_per_s']:>10,.0f} / "
-              f"{m['source_tokens_per_s']:>10,.0f}   padding {m['padding_fraction']:.1%}, "
-              f"{m['rows']} rows, {m['target_tokens_per_batch']:,.0f} target tokens per batch")
-        print(f"  {'':30s} per pair: read {s['read_us']:.0f} us, tokenize "
-              f"{s['tokenize_us']:.0f} us, pack {s['pack_us']:.0f} us")
+    print("input pipeline (one process; target tokens per second of wall time and per "
+          "CPU-second, padding excluded)")
+    for name, both, st in (("demo shape, built-in corpus", demo_pipe, demo_stages),
+                           ("base shape, WMT-like lengths", base_pipe, base_stages)):
+        m = both["cache"]
+        print(f"  {name}: {m['rows']} rows, padding {m['padding_fraction']:.1%}, "
+              f"{m['target_tokens_per_batch']:,.0f} target tokens per batch")
+        for how, label in (("cache", "token cache"), ("fly", "on the fly")):
+            r = both[how]
+            print(f"    {label:12s} {r['target_tokens_per_s']:>11,.0f} /s  "
+                  f"{r['target_tokens_per_cpu_s']:>11,.0f} per CPU-s  "
+                  f"({r['cores_busy']:.2f} cores busy)")
+        print(f"    setup with the token cache written: {m['setup_s']:.1f} s; per pair: order "
+              f"{st['order_us']:.1f} us, text read {st['read_us']:.1f} us + tokenize "
+              f"{st['tokenize_us']:.0f} us, or cache read {st['cache_read_us']:.1f} us; pack "
+              f"{st['pack_us']:.1f} us")
     print("train step consumption (target tokens per second)")
     print(f"  demo, measured on this machine   {demo_train['target_tokens_per_s']:>10,.0f}")
     print(f"  base, paper (8 P100, 0.4 s/step) {PAPER_BASE_TARGET_TOKENS_PER_S:>10,.0f}")
-    print(f"  base, estimate for one accelerator at {ASSUMED_ACCELERATOR_FLOPS / 1e12:.0f} "
-          f"TFLOP/s ({flops / 1e6:.0f} MFLOP per target token): {base_estimate:,.0f}")
-    print(f"pipeline / demo train step: {ratio:.1f}x (need >= {REQUIRED_RATIO:.0f}x): "
-          f"{'PASS' if passed else 'FAIL'}")
-    print(f"pipeline (base shape) / paper's base step: "
-          f"{base_pipe['target_tokens_per_s'] / PAPER_BASE_TARGET_TOKENS_PER_S:.1f}x")
+    for v, (tokens, flops) in consumption.items():
+        print(f"  {v}, one {ACCELERATOR} at {TARGET_MFU:.0%} MFU ({flops / 1e6:.0f} MFLOP per "
+              f"target token): {tokens:,.0f}: {cores[v]:.2f} reading cores from the token "
+              f"cache, {cores_fly[v]:.1f} on the fly")
+    print(f"pipeline / demo train step: {ratio:.1f}x (need >= {REQUIRED_RATIO:.0f}x); token "
+          f"cache at the base shape: {per_core:,.0f} target tokens per CPU-second (need >= "
+          f"{GOAL_PER_CORE:,}): {'PASS' if passed else 'FAIL'}")
+    figures = {}
+    for shape, both in (("demo", demo_pipe), ("base_wmt_like", base_pipe)):
+        for how, r in both.items():
+            figures[f"pipeline_{shape}_{how}_target_tokens_per_s"] = round(
+                r["target_tokens_per_s"])
+            figures[f"pipeline_{shape}_{how}_target_tokens_per_cpu_s"] = round(
+                r["target_tokens_per_cpu_s"])
+        figures[f"pipeline_{shape}_padding_fraction"] = round(
+            both["cache"]["padding_fraction"], 4)
+        figures[f"token_cache_{shape}_setup_s"] = round(both["cache"]["setup_s"], 1)
+    accel = ACCELERATOR.lower()
     print(json.dumps({
-        "pipeline_demo_target_tokens_per_s": round(demo_pipe["target_tokens_per_s"]),
-        "pipeline_demo_padding_fraction": round(demo_pipe["padding_fraction"], 4),
-        "pipeline_base_wmt_like_target_tokens_per_s": round(base_pipe["target_tokens_per_s"]),
-        "pipeline_base_wmt_like_padding_fraction": round(base_pipe["padding_fraction"], 4),
-        "demo_train_target_tokens_per_s": round(demo_train["target_tokens_per_s"]),
+        **figures,
+        "demo_train_target_tokens_per_s": round(demo_train["target_tokens_per_s"])
+        if args.train_steps else None,
         "base_paper_target_tokens_per_s": round(PAPER_BASE_TARGET_TOKENS_PER_S),
-        "base_estimate_target_tokens_per_s": round(base_estimate),
+        **{f"{v}_{accel}_target_tokens_per_s": round(t) for v, (t, _) in consumption.items()},
+        **{f"{v}_{accel}_reading_cores": round(c, 2) for v, c in cores.items()},
+        **{f"{v}_{accel}_reading_cores_on_the_fly": round(c, 1) for v, c in cores_fly.items()},
         "ratio_pipeline_to_demo_train": round(ratio, 1),
         "cpu_cores": os.cpu_count(), "load_average": round(load, 1),
         "pass": passed,

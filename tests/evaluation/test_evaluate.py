@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 import sacrebleu
+import sentencepiece
 
 from transformer_jax.config import resume
 from transformer_jax.data import pipeline, sources
+from transformer_jax.data.tokenizer import EOS_ID
 from transformer_jax.decoding import decode
 from transformer_jax.errors import UserError
 from transformer_jax.evaluation import bleu, evaluate, perplexity, restore, translation
@@ -52,6 +54,17 @@ def test_translate_keeps_order_and_empty_lines(workdir, run_config):
     one_by_one = [translation.translate(loaded.params, loaded.model_config, loaded.tokenizer,
                                         [s], greedy)[0] for s in sentences[:2]]
     assert one_by_one == whole[:2]
+
+
+def test_a_long_source_keeps_its_end_of_sentence_when_shortened():
+    eos = EOS_ID
+    assert translation.shorten([7, 8, 9, 10, eos], 3) == [7, 8, eos]
+    assert translation.shorten([7, 8, eos], 3) == [7, 8, eos]
+    assert translation.input_limit(64) == 64 and translation.input_limit(64, 64) == 64
+    for bad in (0, 65):
+        with pytest.raises(UserError, match=f"--max_input_len={bad} must be between 1 and the "
+                                            "model's limit of 64 tokens"):
+            translation.input_limit(64, bad)
 
 
 def test_evaluate_averages_and_writes_hypotheses_and_scores(workdir, run_config, tmp_path):
@@ -101,11 +114,11 @@ def test_evaluate_command(workdir, tmp_path):
     workdir = shutil.copytree(workdir, tmp_path / "run")  # the evaluation writes into it
     out = subprocess.run(
         [sys.executable, "-m", "transformer_jax.evaluate", f"--workdir={workdir}",
-         "--split=validation", "--average=2", "--limit=16", "--config.decode.beam_size=2"],
+         "--split=validation", "--average=2", "--limit=20", "--config.decode.beam_size=2"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("validation: 16 sentences; parameters of checkpoint(s) 20, 30 "
+    assert lines[0].startswith("validation: 20 sentences; parameters of checkpoint(s) 20, 30 "
                                "averaged; beam 2, alpha 0.6, max length input + 50")
     assert lines[1].startswith("warning: the averaged checkpoints (steps 20, 30) reach back to "
                                "67% of step 30, an early part of training")
@@ -115,6 +128,23 @@ def test_evaluate_command(workdir, tmp_path):
                for line in lines)
     saved = json.loads((workdir / "eval" / "validation-avg2-beam2.json").read_text())
     assert saved["decode"]["beam_size"] == 2 and saved["checkpoints"] == [20, 30]
+    # The sources longer than the model takes, counted with the workdir's SentencePiece model
+    # (pieces and the end-of-sentence token), each named on stderr, then their count.
+    limit = json.loads((workdir / layout.CONFIG).read_text())["model"]["max_len"]
+    sp = sentencepiece.SentencePieceProcessor(
+        model_file=str(workdir / layout.VOCAB / layout.VOCAB_MODEL))
+    source = sources.get_source(resume.workdir_config(workdir).data, "validation")
+    counts = [len(sp.encode(source[i][0])) + 1 for i in range(20)]
+    long = [(number, n) for number, n in enumerate(counts, start=1) if n > limit]
+    assert long, "the first 20 validation sentences hold one longer than the model takes"
+    assert [line for line in out.stderr.splitlines() if "shortened" in line] == [
+        f"warning: validation sentence {number}: {n} tokens, more than the model's {limit}; "
+        f"shortened to its first {limit - 1} and the end-of-sentence token"
+        for number, n in long] + [
+        f"warning: {len(long)} of 20 validation sentences shortened to the model's limit of "
+        f"{limit} tokens"]
+    assert saved["shortened_sources"] == [{"number": number, "tokens": n} for number, n in long]
+    assert saved["source_limit"] == limit
     bad = run_command("evaluate", f"--workdir={workdir}", "--average=9")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines()[-1].startswith(

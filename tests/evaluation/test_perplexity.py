@@ -17,6 +17,8 @@ from transformer_jax.training.step import create_train_state, make_executor
 
 def test_perplexity_is_exp_of_the_mean_nll():
     assert perplexity.perplexity(2 * 100 * math.log(3), 200) == pytest.approx(3.0)
+    # A diverged model's mean NLL of 1,000 nats: e^1000 is beyond a float, so inf.
+    assert perplexity.perplexity(1000.0 * 200, 200) == math.inf
 
 
 def test_split_perplexity_agrees_with_the_training_loop():

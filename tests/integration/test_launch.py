@@ -85,9 +85,9 @@ def test_sweep_submits_each_point_once_to_slurm(tmp_path, monkeypatch):
     assert run_sweep(sweep, str(root), "slurm") == {
         "base": "submitted (job 101)", "big": "submitted (job 102)"}
     calls = (tmp_path / "calls").read_text().splitlines()
-    assert calls[:6] == ["--parsable", "--job-name=base_vs_big-base",
-                         f"--output={root}/base/slurm-%j.out", "launch/slurm.sbatch",
-                         "configs/table3.py:base", f"{root}/base"]
+    assert calls[:7] == ["--parsable", "--job-name=base_vs_big-base",
+                         f"--output={root}/base/slurm-%j.out", "--open-mode=append",
+                         "launch/slurm.sbatch", "configs/table3.py:base", f"{root}/base"]
     record = json.loads((root / "big" / "sweep_point.json").read_text())
     assert record["attempts"][0]["job_id"] == "102"
     # Again: job 101 is still queued and is left alone; job 102 ended unfinished: resubmitted.

@@ -1,11 +1,14 @@
 """The translate command: stdin or a file in, one translation per line out, in order."""
 
+import itertools
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import sentencepiece
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from transformer_jax import translate
@@ -14,6 +17,7 @@ from transformer_jax.data import sources
 from transformer_jax.decoding import decode
 from transformer_jax.errors import DataError
 from transformer_jax.evaluation import restore, translation
+from transformer_jax.io import layout
 
 from ..helpers import run_command
 
@@ -79,6 +83,76 @@ def test_invalid_utf8_is_one_error_naming_the_line(workdir, tmp_path):
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         f"error: {bad} line 3: not valid UTF-8 (byte 0xff at byte 5)"]
+
+
+def token_counts(workdir, lines):
+    """Each line's length as the model takes it: the pieces of the workdir's SentencePiece
+    model and the end-of-sentence token (0 for a blank line)."""
+    sp = sentencepiece.SentencePieceProcessor(
+        model_file=str(Path(workdir) / layout.VOCAB / layout.VOCAB_MODEL))
+    return [len(sp.encode(line)) + 1 if line.strip() else 0 for line in lines]
+
+
+@pytest.fixture(scope="module")
+def long_input(workdir, tmp_path_factory):
+    """(a file of short lines, a blank one and two too long for the model: one of 2,100
+    words; its lines, their token counts, the model's limit)."""
+    config = resume.workdir_config(workdir)
+    source = sources.get_source(config.data, "test")
+    short = [source[i][0] for i in range(3)]
+    words = " ".join(short).split()
+    lines = [short[0], " ".join(itertools.islice(itertools.cycle(words), 2100)), "", short[1],
+             " ".join(words * 3), short[2]]
+    limit = json.loads((Path(workdir) / layout.CONFIG).read_text())["model"]["max_len"]
+    counts = token_counts(workdir, lines)
+    assert [n > limit for n in counts] == [False, True, False, False, True, False], counts
+    path = tmp_path_factory.mktemp("long") / "src.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path, lines, counts, limit
+
+
+def test_long_lines_are_shortened_each_named_on_stderr(workdir, long_input, tmp_path):
+    src, lines, counts, limit = long_input
+    out = command(workdir, f"--input={src}", f"--output={tmp_path / 'out.txt'}",
+                  "--config.decode.strategy=greedy", "--config.decode.max_len_offset=4")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [line for line in out.stderr.splitlines() if "shortened" in line] == [
+        f"warning: {src} line 2: {counts[1]} tokens, more than the model's {limit}; shortened "
+        f"to its first {limit - 1} and the end-of-sentence token",
+        f"warning: {src} line 5: {counts[4]} tokens, more than the model's {limit}; shortened "
+        f"to its first {limit - 1} and the end-of-sentence token",
+        f"warning: 2 of 6 lines shortened to the model's limit of {limit} tokens"]
+    got = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
+    assert len(got) == len(lines) and got[2] == "" and got[1]
+
+
+def errors(out):
+    """The error lines of a command's stderr (the others are its log); no traceback."""
+    assert "Traceback" not in out.stderr
+    return [line for line in out.stderr.splitlines() if line.startswith("error:")]
+
+
+def test_max_input_len_refuses_a_longer_line_and_writes_nothing(workdir, long_input,
+                                                                 tmp_path):
+    src, lines, counts, limit = long_input
+    most = max(n for n in counts if n <= limit)  # the short lines pass, the long ones do not
+    target = tmp_path / "out.txt"
+    out = command(workdir, f"--input={src}", f"--output={target}", f"--max_input_len={most}")
+    assert out.returncode == 2
+    assert errors(out) == [f"error: {src} line 2: {counts[1]} tokens, more than "
+                           f"--max_input_len={most} (and 1 more)"]
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+    # From stdin, the one long line alone.
+    out = command(workdir, f"--max_input_len={most}", stdin=(lines[4] + "\n").encode())
+    assert out.returncode == 2 and out.stdout == ""
+    assert errors(out) == [
+        f"error: <stdin> line 1: {counts[4]} tokens, more than --max_input_len={most}"]
+    # More than the model takes is an error of the flag.
+    out = command(workdir, f"--max_input_len={limit + 1}", stdin=b"x\n")
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        f"error: --max_input_len={limit + 1} must be between 1 and the model's limit of "
+        f"{limit} tokens (model.max_len)"]
 
 
 @pytest.mark.parametrize("args,message", [

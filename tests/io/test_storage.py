@@ -173,7 +173,7 @@ def test_a_run_in_a_bucket_stopped_and_resumed_gives_the_losses_of_a_local_run(
                  layout.FINAL_HYPOTHESES, layout.FINAL_REFERENCES):
         assert (run / name).exists(), name
     assert [p.name for p in (run / "tb").iterdir() if p.name.startswith("events")]
-    assert not (run / workdirs.HOLD_FILE).exists()
+    assert not (run / layout.HOLD).exists()
 
     # evaluate and translate read the workdir from the bucket, as commands do.
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -145,8 +145,8 @@ def test_launchers_commands():
     args = ("configs/table3.py:A_h1", "runs/h/A_h1", ["--config.train.seed=1"])
     assert launchers.get("slurm").command(sweep, point, args) == [
         "sbatch", "--parsable", "--job-name=heads_ablation-A_h1",
-        "--output=runs/h/A_h1/slurm-%j.out", "launch/slurm.sbatch", "configs/table3.py:A_h1",
-        "runs/h/A_h1", "--config.train.seed=1"]
+        "--output=runs/h/A_h1/slurm-%j.out", "--open-mode=append", "launch/slurm.sbatch",
+        "configs/table3.py:A_h1", "runs/h/A_h1", "--config.train.seed=1"]
     assert launchers.get("tpu").command(sweep, point, args) == [
         "launch/tpu_pod.sh", "configs/table3.py:A_h1", "runs/h/A_h1", "--config.train.seed=1"]
 

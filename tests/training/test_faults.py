@@ -5,6 +5,7 @@ same losses as one never interrupted."""
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from transformer_jax.io import checkpoints, layout, workdirs
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import faults, parallel, train
 from transformer_jax.training.step import checkpoint_bytes, create_train_state, make_executor
+from transformer_jax.training.stops import Stop
 
 from ..helpers import command_line, tiny_config
 
@@ -143,16 +145,18 @@ TINY = TransformerConfig(vocab_size=40, num_layers=1, d_model=16, d_ff=32, num_h
 
 def test_counting_non_finite_steps_and_stopping_after_k_in_a_row():
     counter = faults.NonFiniteSteps("stop", max_in_a_row=3)
-    counter.update(1, [False, True, True, False, True], last_checkpoint=None)
+    counter.update(1, [False, True, True, False, True])
     assert (counter.total, counter.in_a_row) == (3, 1)
-    counter.update(6, [True], last_checkpoint=None)
-    with pytest.raises(TrainingStopped, match=r"stopped at step 7: 3 steps in a row \(from step "
-                                              r"5\).*max_nonfinite_in_a_row=3\); the last "
-                                              r"checkpoint is step 4"):
-        counter.update(7, [True, True], last_checkpoint=4)
+    counter.update(6, [True])
+    assert counter.stop(6) is None  # 2 in a row
+    counter.update(7, [True, False])  # steps 5, 6, 7 in a row; 8 is finite again
+    assert counter.stop(8) == Stop("diverged", 8, (
+        "diverged at step 8 (3 steps in a row, 5 to 7, had a non-finite loss or gradient; "
+        "train.max_nonfinite_in_a_row=3)"))
     skipping = faults.NonFiniteSteps("skip", max_in_a_row=1, total=5, in_a_row=2)
-    skipping.update(10, [True] * 20, last_checkpoint=None)
+    skipping.update(10, [True] * 20)
     assert skipping.state() == {"nonfinite_steps": 25, "nonfinite_in_a_row": 22}
+    assert skipping.stop(30) is None
 
 
 def test_a_diverged_run_stops_after_k_non_finite_steps_and_saves_no_nan(tmp_path,
@@ -162,20 +166,23 @@ def test_a_diverged_run_stops_after_k_non_finite_steps_and_saves_no_nan(tmp_path
     config = tiny_config(builtin_data_dir, num_steps=20, log_every=1, checkpoint_every=1,
                          max_nonfinite_in_a_row=4, nonfinite="stop")
     config.optim.lr_scale = 1e30
-    with pytest.raises(TrainingStopped, match=r"^stopped at step 4: 4 steps in a row \(from "
-                                              r"step 1\) had a non-finite loss or gradient "
-                                              r"\(train.max_nonfinite_in_a_row=4\); the last "
-                                              r"checkpoint is step 3$"):
+    message = ("diverged at step 4 (4 steps in a row, 1 to 4, had a non-finite loss or "
+               "gradient; train.max_nonfinite_in_a_row=4)")
+    with pytest.raises(TrainingStopped, match=f"^{re.escape(message)}$") as stopped:
         train.train_and_evaluate(config, tmp_path)
+    assert (stopped.value.reason, stopped.value.step, stopped.value.exit_status) == (
+        "diverged", 4, 3)
     records = [r for r in workdirs.read_metric_records(tmp_path) if r["split"] == "train"]
-    assert [r["nonfinite_steps"] for r in records] == [1, 2, 3]  # step 4 stops first
+    assert [r["nonfinite_steps"] for r in records] == [1, 2, 3, 4]
     assert not any("loss" in r for r in records)
+    assert json.loads((tmp_path / layout.FINAL_METRICS).read_text()) == {
+        "step": 4, "stopped": {"reason": "diverged", "step": 4, "message": message}}
     # Skipped steps change nothing, so every checkpoint holds the initial, finite state.
-    assert workdirs.checkpoint_steps_on_disk(tmp_path) == [1, 2, 3]
+    assert workdirs.checkpoint_steps_on_disk(tmp_path) == [1, 2, 3, 4]
     ckpts = checkpoints.Checkpoints(tmp_path, keep=config.train.keep_checkpoints)
     template = create_train_state(config, TransformerConfig.from_config(
-        config.model, ckpts.read_meta(3)["vocab_size"]), jax.random.key(0))
-    first, last = (ckpts.restore(s, template)[0] for s in (1, 3))
+        config.model, ckpts.read_meta(4)["vocab_size"]), jax.random.key(0))
+    first, last = (ckpts.restore(s, template)[0] for s in (1, 4))
     assert checkpoints.integrity(last) == checkpoints.integrity(first)
     assert checkpoints.integrity(last)[1] and int(last.step) == 0  # finite; no update
     ckpts.close()

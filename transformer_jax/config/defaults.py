@@ -59,6 +59,9 @@ def base_config() -> ml_collections.ConfigDict:
     d.row_len = 0
     d.tokens_per_batch = 25_000  # per side, per optimizer step, summed over devices
     d.packing = True
+    # Read each split's token ids from a cache written next to the vocabulary on first use
+    # (data/token_cache.py) instead of tokenizing every pair every epoch; same batches.
+    d.token_cache = True
     # The data is read in this many shards (0: one per process). The batches depend on it, not
     # on the number of processes: set it to compare runs with different process counts.
     d.num_shards = 0
@@ -117,6 +120,26 @@ def base_config() -> ml_collections.ConfigDict:
     # a week-long run, and a diverged one should not train on for days.
     t.nonfinite = "stop"
     t.max_nonfinite_in_a_row = 10
+    # A run whose training loss, at divergence_patience evaluations in a row after
+    # optim.warmup_steps, was not finite or above divergence_factor times its best so far
+    # stops as diverged, with a checkpoint (training/stops.py); False trains on.
+    t.stop_on_divergence = True
+    t.divergence_factor = 1.5
+    t.divergence_patience = 3
+
+    # A run that is a trial of an Optuna study (sweeps' search): at each evaluation it
+    # reports its objective to the trial and stops as pruned when the pruner says so.
+    c.search = s = ml_collections.ConfigDict()
+    s.storage = ""  # a database URL (sqlite:///study.db) or a journal file; "": not a trial
+    s.study = ""  # the study's name
+    s.trial = 0  # the trial's number in the study
+    s.objective = "perplexity"  # a validation figure, io/metric_keys.py OBJECTIVES
+    # "median" (optuna's MedianPruner), "asha" (SuccessiveHalvingPruner) or "none"
+    s.prune = "median"
+    s.startup_trials = 5  # median: no pruning before this many trials have completed
+    # No pruning before this optimizer step (median's n_warmup_steps; asha's min_resource,
+    # its first rung, with 0 for optuna's "auto").
+    s.min_steps = 0
 
     c.decode = dc = ml_collections.ConfigDict()
     dc.strategy = "beam"  # or "greedy", or "sample" (not in the paper)

@@ -13,6 +13,7 @@ from transformer_jax.config.datasets import DATASETS
 from transformer_jax.config.fields import derived_dims, get_field
 from transformer_jax.config.scales import SCALES
 from transformer_jax.errors import ConfigError
+from transformer_jax.io import metric_keys
 from transformer_jax.model import kernels
 
 # Fields holding one of a set of strings. The datasets' are the registry's names, read as
@@ -27,14 +28,18 @@ CHOICES: dict[str, Collection[str]] = {
     "data.defaults_for": DATASETS.keys(),
     "train.parallel": ("pmap", "sharded"),
     "train.nonfinite": ("skip", "stop"),
+    "search.objective": metric_keys.OBJECTIVES,
+    "search.prune": ("median", "asha", "none"),
     "decode.strategy": ("greedy", "beam", "sample"),
     "scale": tuple(SCALES),
 }
 
 # Fields holding strings without a fixed set of values ("" allowed where it means a default).
 STRINGS = ("variant", "optim.schedule", "data.data_dir", "data.source_lang", "data.target_lang",
-           "data.train_files", "data.eval_files", "data.test_files")
-BOOLS = ("model.share_embeddings", "model.remat", "data.packing")
+           "data.train_files", "data.eval_files", "data.test_files", "search.storage",
+           "search.study")
+BOOLS = ("model.share_embeddings", "model.remat", "data.packing", "data.token_cache",
+         "train.stop_on_divergence")
 # Integer fields and their lowest allowed value.
 INTS: dict[str, int] = {
     **dict.fromkeys([
@@ -43,14 +48,16 @@ INTS: dict[str, int] = {
         "data.tokens_per_batch", "data.vocab_sample", "optim.warmup_steps",
         "optim.grad_accum_steps", "train.num_steps", "train.log_every", "train.eval_every",
         "train.checkpoint_every", "train.keep_checkpoints", "train.model_parallel",
-        "train.max_nonfinite_in_a_row", "decode.beam_size", "decode.batch_size"], 1),
+        "train.max_nonfinite_in_a_row", "train.divergence_patience", "decode.beam_size",
+        "decode.batch_size"], 1),
     **dict.fromkeys([
         "model.d_k", "model.d_v", "model.num_kv_heads", "data.num_shards", "data.row_len",
         "data.shuffle_seed", "train.seed",
         "train.eval_batches", "train.devices", "train.profile_steps", "train.profile_start",
         "train.bleu_sentences", "train.bleu_every", "train.samples", "decode.max_len_offset",
         "train.average_checkpoints",
-        "decode.top_k", "decode.seed"], 0),
+        "decode.top_k", "decode.seed", "search.trial", "search.startup_trials",
+        "search.min_steps"], 0),
 }
 # Float fields: (low, high, low_open, high_open).
 FLOATS: dict[str, tuple[float, float, bool, bool]] = {
@@ -61,6 +68,7 @@ FLOATS: dict[str, tuple[float, float, bool, bool]] = {
     "optim.b2": (0.0, 1.0, False, True),
     "optim.eps": (0.0, math.inf, True, False),
     "optim.lr_scale": (0.0, math.inf, True, False),
+    "train.divergence_factor": (1.0, math.inf, True, False),
     "optim.min_lr_ratio": (0.0, 1.0, False, False),
     "decode.alpha": (0.0, math.inf, False, False),
     "decode.temperature": (0.0, math.inf, False, False),
@@ -92,6 +100,7 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if c.train.bleu_every and not c.train.bleu_sentences:
         raise ConfigError(f"train.bleu_every={c.train.bleu_every} needs train.bleu_sentences "
                           ">= 1 (the validation sentences to decode)")
+    _check_search(c)
     if c.train.average_checkpoints > c.train.keep_checkpoints:
         raise ConfigError(f"train.average_checkpoints={c.train.average_checkpoints} exceeds "
                           f"train.keep_checkpoints={c.train.keep_checkpoints}; a run cannot "
@@ -144,6 +153,19 @@ def _check_fields(c: ml_collections.ConfigDict) -> None:
             isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in sentences):
         raise ConfigError(f"train.visualize_sentences={sentences!r} must be a tuple of "
                           "test-split indices >= 0, e.g. (49, 181)")
+
+
+def _check_search(c: ml_collections.ConfigDict) -> None:
+    """A trial names its study, and its objective is measured at evaluations."""
+    s, t = c.search, c.train
+    if s.storage and not s.study.strip():
+        raise ConfigError(f"search.storage={s.storage!r} needs search.study, the name of the "
+                          "study the run is a trial of")
+    if s.objective == metric_keys.BLEU and s.storage and (
+            not t.bleu_every or t.bleu_every % t.eval_every):
+        raise ConfigError(f"search.objective='bleu' needs train.bleu_every, a multiple of "
+                          f"train.eval_every={t.eval_every} (validation BLEU measured at "
+                          f"evaluations), got {t.bleu_every}")
 
 
 def _check_text_files(c: ml_collections.ConfigDict, dataset: datasets.Dataset) -> None:

@@ -12,12 +12,17 @@ The algorithm is first fit over a window of open rows: each pair goes to the old
 with room on both sides, or opens a new row; when more than ``open_rows`` rows are open the
 oldest is closed. It runs once per chunk of a few thousand pairs, in a Python loop of a few
 operations per pair; the arrays are then filled with vectorized numpy.
+
+The pairs come as :class:`Ragged` ids, a side's sequences end to end with their lengths, which
+is how the token cache (``token_cache.py``) reads them: selecting, truncating and packing them
+is array work with no Python loop over tokens.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,6 +57,43 @@ def assign_rows(input_lengths: Sequence[int], target_lengths: Sequence[int], max
     return rows
 
 
+class Ragged(NamedTuple):
+    """Sequences of ids end to end: sequence k is ``values[starts[k]:starts[k] + lengths[k]]``."""
+
+    values: np.ndarray  # int32 [sum(lengths)]
+    lengths: np.ndarray  # int64 [sequences]
+
+    @property
+    def starts(self) -> np.ndarray:
+        return np.cumsum(self.lengths) - self.lengths
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def take(self, which: np.ndarray) -> Ragged:
+        """The sequences at the indices ``which`` (or where the mask ``which`` is True)."""
+        which = np.flatnonzero(which) if which.dtype == bool else which
+        lengths = self.lengths[which]
+        into = np.repeat(self.starts[which] - (np.cumsum(lengths) - lengths), lengths)
+        return Ragged(self.values[into + np.arange(len(into))], lengths)
+
+    def truncated(self, max_len: int) -> Ragged:
+        """Every sequence cut to its first ``max_len`` ids."""
+        position = np.arange(len(self.values)) - np.repeat(self.starts, self.lengths)
+        return Ragged(self.values[position < max_len], np.minimum(self.lengths, max_len))
+
+    def tolist(self) -> list[list[int]]:
+        return [self.values[s:s + n].tolist() for s, n in zip(self.starts, self.lengths,
+                                                              strict=True)]
+
+
+def ragged(sequences: Sequence[Sequence[int]]) -> Ragged:
+    """Id lists -> :class:`Ragged`."""
+    lengths = np.fromiter(map(len, sequences), np.int64, len(sequences))
+    values = np.fromiter(itertools.chain.from_iterable(sequences), np.int32, int(lengths.sum()))
+    return Ragged(values, lengths)
+
+
 def pack(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_len: int,
          packing: bool = True, open_rows: int = OPEN_ROWS) -> dict[str, np.ndarray]:
     """Pairs of id lists -> packed rows: a dict of six int32 arrays [rows, max_len].
@@ -59,15 +101,21 @@ def pack(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_
     ``inputs[k]`` and ``targets[k]`` are the two sides of pair k, each at most ``max_len``
     ids. Without ``packing`` every pair gets a row of its own.
     """
-    lengths = {"inputs": np.fromiter(map(len, inputs), np.int64, len(inputs)),
-               "targets": np.fromiter(map(len, targets), np.int64, len(targets))}
+    return pack_ragged(ragged(inputs), ragged(targets), max_len, packing, open_rows)
+
+
+def pack_ragged(inputs: Ragged, targets: Ragged, max_len: int, packing: bool = True,
+                open_rows: int = OPEN_ROWS) -> dict[str, np.ndarray]:
+    """:func:`pack` of pairs given as :class:`Ragged` ids, side by side."""
+    sides = {"inputs": inputs, "targets": targets}
     n = len(inputs)
-    if n and max(lengths["inputs"].max(), lengths["targets"].max()) > max_len:
+    if len(targets) != n:
+        raise ValueError(f"{n} source sides but {len(targets)} target sides")
+    if n and max(inputs.lengths.max(), targets.lengths.max()) > max_len:
         raise ValueError(f"a sequence is longer than max_len={max_len}")
     if packing:
-        row_of = np.asarray(assign_rows(lengths["inputs"].tolist(),
-                                        lengths["targets"].tolist(), max_len, open_rows),
-                            np.int64)
+        row_of = np.asarray(assign_rows(inputs.lengths.tolist(), targets.lengths.tolist(),
+                                        max_len, open_rows), np.int64)
     else:
         row_of = np.arange(n, dtype=np.int64)
     num_rows = int(row_of.max()) + 1 if n else 0
@@ -79,11 +127,9 @@ def pack(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_
     row_start = np.maximum.accumulate(np.where(first_in_row, item, 0))
     segment = item - row_start + 1
     out: dict[str, np.ndarray] = {}
-    for name, seqs in (("inputs", inputs), ("targets", targets)):
-        lens = lengths[name][order]
-        total = int(lens.sum())
-        flat = np.fromiter(itertools.chain.from_iterable(seqs[k] for k in order), np.int32,
-                           total)
+    for name, side in sides.items():
+        flat, lens = side.take(order)
+        total = len(flat)
         start = np.cumsum(lens) - lens  # of each pair in `flat`
         position = np.arange(total) - np.repeat(start, lens)
         column = np.repeat(start - start[row_start], lens) + position

@@ -8,10 +8,12 @@ positions, which the model's masks use. A batch is a dict of int32 arrays [rows,
     targets, targets_segment_ids, targets_positions
 
 grain orders the work: the pair indices of an epoch are shuffled by the seed (reshuffled every
-epoch), cut into chunks of ``CHUNK_PAIRS``, and each chunk is read, tokenized and packed in
-one go by reading threads; ``RebatchIterDataset`` cuts the rows into batches. Doing a chunk
-at a time batches the array_record reads and SentencePiece calls, which cost far more one
-pair at a time.
+epoch, :class:`EpochOrder`), cut into chunks of ``CHUNK_PAIRS``, and each chunk's ids are read
+and packed in one go by reading threads; ``RebatchIterDataset`` cuts the rows into batches.
+The ids come from the split's token cache, tokenized once (``token_cache.py``), or, without
+one, from SentencePiece on the fly; both give the same ids, hence the same batches. Doing a
+chunk at a time batches the array_record reads (and SentencePiece calls), which cost far more
+one pair at a time.
 
 The paper's ~25,000 source and ~25,000 target tokens per step become ``rows`` rows of
 ``row_len`` slots per side (:func:`batch_shape`): rows x row_len x grad_accum_steps is
@@ -43,6 +45,7 @@ import json
 import logging
 import math
 import os
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
@@ -51,7 +54,15 @@ import grain
 import numpy as np
 
 from transformer_jax.config import datasets
-from transformer_jax.data import packing as packing_lib, sources, text, tokenizer as tokenizer_lib
+from transformer_jax.data import (
+    packing as packing_lib,
+    sources,
+    text,
+    token_cache,
+    tokenizer as tokenizer_lib,
+)
+from transformer_jax.data.packing import Ragged
+from transformer_jax.data.token_cache import Ids, TokenizedPairs, encode_pairs, read_pairs
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.errors import DataError
 from transformer_jax.io import layout, storage, workdirs
@@ -60,7 +71,7 @@ FEATURES = packing_lib.FEATURES
 # Pairs read, tokenized and packed together. Bigger chunks pack tighter (only the last few
 # rows of a chunk are left part-empty) and batch the reads and SentencePiece calls better.
 CHUNK_PAIRS = 4096
-# Threads that read, tokenize and pack chunks ahead of the trainer (array_record reads and
+# Threads that read (and tokenize) and pack chunks ahead of the trainer (array_record reads and
 # SentencePiece run outside the GIL); experiments/benchmarks/input_pipeline.py measures it.
 READ_THREADS = max(2, min(8, (os.cpu_count() or 2) // 2))
 PREFETCH_CHUNKS = 2 * READ_THREADS  # chunks read ahead (a chunk is a few batches)
@@ -80,33 +91,28 @@ class LengthFilter:
     kept: int = 0
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
-    def fits(self, inputs: list[list[int]], targets: list[list[int]]) -> list[bool]:
+    def fits(self, inputs: Ragged, targets: Ragged) -> np.ndarray:
         """Whether each pair fits; the counts go up by the pairs seen."""
-        keep = [len(a) <= self.max_len and len(b) <= self.max_len
-                for a, b in zip(inputs, targets, strict=True)]
-        kept = sum(keep)
+        keep = np.maximum(inputs.lengths, targets.lengths) <= self.max_len
+        kept = int(keep.sum())
         with self._lock:
             self.kept += kept
             self.skipped += len(keep) - kept
         return keep
 
 
-def read_pairs(source: Sequence[tuple[str, str]], indices: Sequence[int]) -> list[tuple[str, str]]:
-    """The pairs at ``indices``, in one batched read where the source offers one."""
-    if hasattr(source, "read"):
-        return source.read(indices)  # type: ignore[attr-defined]
-    return [source[int(i)] for i in indices]
-
-
-def encode_pairs(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]]
-                 ) -> tuple[list[list[int]], list[list[int]]]:
-    """Source and target id lists of ``pairs``, each ending with EOS."""
-    return (tokenizer.encode_batch([p[0] for p in pairs]),
-            tokenizer.encode_batch([p[1] for p in pairs]))
+def as_ids(source: Sequence[tuple[str, str]] | Ids, tokenizer: Tokenizer | None) -> Ids:
+    """The ids of a split: ``source`` itself when it holds ids (a token cache), its pairs
+    tokenized on the fly by ``tokenizer`` otherwise."""
+    if hasattr(source, "read_ids"):
+        return source  # type: ignore[return-value]
+    if tokenizer is None:
+        raise ValueError(f"{source!r} holds text: a tokenizer is needed")
+    return TokenizedPairs(source, tokenizer)  # type: ignore[arg-type]
 
 
 class PackChunk:
-    """A chunk of pair indices -> packed rows (read, tokenize, filter or truncate, pack).
+    """A chunk of pair indices -> packed rows (read ids, filter or truncate, pack).
 
     Training drops over-long pairs through ``length_filter`` and shuffles the chunk's rows
     with a generator seeded by ``seed`` and the chunk's index (so the result depends on
@@ -114,11 +120,9 @@ class PackChunk:
     counting them in ``truncated``.
     """
 
-    def __init__(self, source: Sequence[tuple[str, str]], tokenizer: Tokenizer, max_len: int,
-                 *, packing: bool = True, length_filter: LengthFilter | None = None,
-                 seed: int | None = None):
-        self.source = source
-        self.tokenizer = tokenizer
+    def __init__(self, ids: Ids, max_len: int, *, packing: bool = True,
+                 length_filter: LengthFilter | None = None, seed: int | None = None):
+        self.ids = ids
         self.max_len = max_len
         self.packing = packing
         self.length_filter = length_filter
@@ -127,19 +131,19 @@ class PackChunk:
         self._lock = threading.Lock()
 
     def __call__(self, index: int, indices: np.ndarray) -> dict[str, np.ndarray]:
-        inputs, targets = encode_pairs(self.tokenizer, read_pairs(self.source, indices))
+        inputs, targets = self.ids.read_ids(indices)
         if self.length_filter is not None:
             keep = self.length_filter.fits(inputs, targets)
-            inputs = [x for x, k in zip(inputs, keep, strict=True) if k]
-            targets = [x for x, k in zip(targets, keep, strict=True) if k]
+            if not keep.all():
+                inputs, targets = inputs.take(keep), targets.take(keep)
         else:
             n = self.max_len
-            long_ = sum(len(a) > n or len(b) > n for a, b in zip(inputs, targets, strict=True))
+            long_ = int(np.sum(np.maximum(inputs.lengths, targets.lengths) > n))
             if long_:
                 with self._lock:
                     self.truncated += long_
-                inputs, targets = [x[:n] for x in inputs], [x[:n] for x in targets]
-        rows = packing_lib.pack(inputs, targets, self.max_len, self.packing)
+                inputs, targets = inputs.truncated(n), targets.truncated(n)
+        rows = packing_lib.pack_ragged(inputs, targets, self.max_len, self.packing)
         if self.seed is not None:
             order = np.random.default_rng([self.seed, index]).permutation(len(rows["inputs"]))
             rows = {k: v[order] for k, v in rows.items()}
@@ -210,17 +214,92 @@ def batch_shape(tokens_per_batch: int, row_len: int, grad_accum_steps: int = 1,
     return BatchShape(rows, row_len, grad_accum_steps, process_count)
 
 
+class EpochOrder(grain.MapDataset):
+    """The indices of one shard's pairs (every ``num_shards``-th of ``num_pairs`` from
+    ``shard``), epoch after epoch: element i of epoch e (index e * len + i) is element i of
+    the permutation of the shard drawn by ``np.random.default_rng([seed, e])``, so every
+    epoch is reshuffled; in index order when ``seed`` is None. Nothing is read.
+
+    A numpy permutation a epoch (kept for the two latest epochs) costs nanoseconds a pair,
+    where shuffling index by index costs microseconds: as much as reading and packing a pair
+    from the token cache.
+    """
+
+    def __init__(self, num_pairs: int, seed: int | None, shard: int = 0, num_shards: int = 1):
+        super().__init__()
+        self.num_pairs, self.seed, self.shard, self.num_shards = (num_pairs, seed, shard,
+                                                                  num_shards)
+        self.length = len(range(shard, num_pairs, num_shards))
+        self._epochs: dict[int, np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __str__(self) -> str:
+        return (f"EpochOrder({self.num_pairs} pairs, seed={self.seed}, shard {self.shard} of "
+                f"{self.num_shards})")
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        return int(self.positions(index, index + 1)[0])
+
+    def _epoch(self, epoch: int) -> np.ndarray:
+        with self._lock:
+            if epoch not in self._epochs:
+                order = np.arange(self.length, dtype=np.int64)
+                if self.seed is not None:
+                    order = np.random.default_rng([self.seed, epoch]).permutation(self.length)
+                self._epochs[epoch] = self.shard + self.num_shards * order
+                for old in sorted(self._epochs)[:-2]:
+                    del self._epochs[old]
+            return self._epochs[epoch]
+
+    def positions(self, start: int, stop: int) -> np.ndarray:
+        """The pair indices at positions ``start`` to ``stop`` of the endless sequence of
+        epochs."""
+        parts = []
+        while start < stop:
+            epoch, at = divmod(start, self.length)
+            take = min(stop - start, self.length - at)
+            parts.append(self._epoch(epoch)[at:at + take])
+            start += take
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+class Chunks(grain.MapDataset):
+    """Chunk k: the indices at positions k x ``size`` to (k + 1) x ``size`` of ``order``;
+    ``endless``: over the epochs one after another (every chunk whole), otherwise over one
+    epoch (the last chunk holds what is left)."""
+
+    def __init__(self, order: EpochOrder, size: int, endless: bool):
+        super().__init__()
+        self.order, self.size, self.endless = order, size, endless
+
+    def __len__(self) -> int:
+        return sys.maxsize if self.endless else -(-len(self.order) // self.size)
+
+    def __str__(self) -> str:
+        return f"Chunks({self.order}, {self.size} pairs, endless={self.endless})"
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        stop = (index + 1) * self.size
+        return self.order.positions(index * self.size,
+                                    stop if self.endless else min(stop, len(self.order)))
+
+
 def epoch_order(num_pairs: int, seed: int, process_index: int = 0,
-                process_count: int = 1) -> grain.MapDataset:
+                process_count: int = 1) -> EpochOrder:
     """The indices of this process's pairs (every ``process_count``-th from
-    ``process_index``) in the order of ``seed``: one epoch. Nothing is read."""
-    ds = grain.MapDataset.range(num_pairs)
-    if process_count > 1:
-        ds = ds[process_index::process_count]
-    return ds.shuffle(seed=seed)
+    ``process_index``) in the order of ``seed``: one epoch (:class:`EpochOrder`)."""
+    return EpochOrder(num_pairs, seed, process_index, process_count)
 
 
-def train_data(source: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_len: int,
+def train_data(source: Sequence[tuple[str, str]] | Ids, tokenizer: Tokenizer | None, *,
+               max_len: int,
                rows: int, seed: int, packing: bool = True, process_index: int = 0,
                process_count: int = 1, num_shards: int = 0,
                chunk_pairs: int = CHUNK_PAIRS) -> TrainData:
@@ -234,8 +313,10 @@ def train_data(source: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_l
     number of shards, not on how many processes read them: 1 process reading 2 shards sees
     what 2 processes see.
     Pairs of a shard are taken in the order of :func:`epoch_order`, ``chunk_pairs`` at a
-    time, and packed chunk by chunk.
+    time, and packed chunk by chunk. ``source`` holds text pairs, tokenized by ``tokenizer``
+    on the fly, or their ids (a token cache, ``tokenizer`` unused): the batches are the same.
     """
+    ids = as_ids(source, tokenizer)
     num_shards = num_shards or process_count
     if num_shards % process_count:
         raise DataError(f"data.num_shards={num_shards} must be a multiple of the "
@@ -246,11 +327,9 @@ def train_data(source: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_l
     length_filter = LengthFilter(max_len)
 
     def shard(index: int) -> grain.IterDataset:
-        chunks = epoch_order(len(source), seed, index, num_shards).repeat(None)
-        # drop_remainder: an endless stream has none; it keeps the length an exact integer.
-        chunks = chunks.batch(chunk_pairs, drop_remainder=True).map_with_index(
-            PackChunk(source, tokenizer, max_len, packing=packing, length_filter=length_filter,
-                      seed=seed))
+        chunks = Chunks(epoch_order(len(ids), seed, index, num_shards), chunk_pairs,
+                        endless=True).map_with_index(
+            PackChunk(ids, max_len, packing=packing, length_filter=length_filter, seed=seed))
         return grain.experimental.RebatchIterDataset(
             chunks.to_iter_dataset(_read_options()).filter(_has_rows),
             batch_size=rows // len(mine), drop_remainder=True)
@@ -263,17 +342,20 @@ def train_data(source: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_l
     return TrainData(iter(batches), length_filter, rows)
 
 
-def eval_batches(source: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max_len: int,
-                 rows: int, max_batches: int = 0,
+def eval_batches(source: Sequence[tuple[str, str]] | Ids, tokenizer: Tokenizer | None, *,
+                 max_len: int, rows: int, max_batches: int = 0,
                  chunk_pairs: int = CHUNK_PAIRS) -> Iterator[dict[str, np.ndarray]]:
     """One ordered pass over a split in packed batches for loss and perplexity.
 
     Pairs longer than ``max_len`` are truncated (evaluation must see every sentence) and
     their number is logged at the end. The last batch is padded with empty rows so every
-    batch has the same shape.
+    batch has the same shape. ``source`` is text pairs or their ids, as for
+    :func:`train_data`.
     """
-    pack_chunk = PackChunk(source, tokenizer, max_len)
-    chunks = grain.MapDataset.range(len(source)).batch(chunk_pairs).map_with_index(pack_chunk)
+    ids = as_ids(source, tokenizer)
+    pack_chunk = PackChunk(ids, max_len)
+    chunks = Chunks(EpochOrder(len(ids), None), chunk_pairs, endless=False).map_with_index(
+        pack_chunk)
     batches = grain.experimental.RebatchIterDataset(
         chunks.to_iter_dataset(_read_options()), batch_size=rows, drop_remainder=False)
     try:
@@ -287,7 +369,7 @@ def eval_batches(source: Sequence[tuple[str, str]], tokenizer: Tokenizer, *, max
     finally:
         if pack_chunk.truncated:
             logging.warning("%s: %d pair(s) longer than data.max_len=%d tokens truncated for "
-                            "evaluation", getattr(source, "name", "evaluation split"),
+                            "evaluation", ids.name,
                             pack_chunk.truncated, max_len)
 
 
@@ -314,21 +396,18 @@ def pad_batch(sequences: Sequence[Sequence[int]], length: int) -> np.ndarray:
     return out
 
 
-def report_long_pairs(source: text.TextPairs, tokenizer: Tokenizer, max_len: int,
+def report_long_pairs(source: text.TextPairs, ids: Ids, max_len: int,
                       chunk: int = 10_000, limit: str = "") -> list[int]:
     """Line numbers of the pairs of a text split with a side longer than ``max_len`` tokens
-    (end of sentence included), logged in one line; training skips these pairs. ``limit``
-    names the setting that bounds them in the messages (:func:`row_limit`; default
-    data.max_len)."""
+    (end of sentence included), logged in one line; training skips these pairs. ``ids`` are
+    the split's ids (:func:`as_ids`). ``limit`` names the setting that bounds them in the
+    messages (:func:`row_limit`; default data.max_len)."""
     limit = limit or f"data.max_len={max_len} tokens"
     long_lines: list[int] = []
     for start in range(0, len(source), chunk):
-        pairs = source.pairs[start:start + chunk]
-        for side in range(2):
-            ids = tokenizer.sp.encode([p[side] for p in pairs])
-            for i, piece_ids in enumerate(ids):
-                if len(piece_ids) + 1 > max_len:
-                    long_lines.append(int(source.line_numbers[start + i]))
+        inputs, targets = ids.read_ids(range(start, min(start + chunk, len(source))))
+        long_ = np.flatnonzero(np.maximum(inputs.lengths, targets.lengths) > max_len)
+        long_lines.extend(source.line_numbers[start + long_].tolist())
     long_lines = sorted(set(long_lines))
     if len(long_lines) == len(source):
         fix = ("raise data.max_len (and model.max_len)" if limit.startswith("data.max_len")
@@ -350,8 +429,8 @@ def vocab_sample(source: Sequence[tuple[str, str]], max_chars: int,
 
     def pairs() -> Iterator[tuple[str, str]]:
         for start in range(0, len(order), CHUNK_PAIRS):
-            yield from read_pairs(source, [order[i] for i in
-                                           range(start, min(start + CHUNK_PAIRS, len(order)))])
+            yield from read_pairs(source, order.positions(start, min(start + CHUNK_PAIRS,
+                                                                     len(order))))
 
     return tokenizer_lib.sample_text(pairs(), max_chars)
 
@@ -380,8 +459,8 @@ def pair_lengths(source: Sequence[tuple[str, str]], tokenizer: Tokenizer,
     n = min(num_pairs, len(source))
     lengths: list[int] = []
     for start in range(0, n, CHUNK_PAIRS):
-        indices = [order[i] for i in range(start, min(start + CHUNK_PAIRS, n))]
-        inputs, targets = encode_pairs(tokenizer, read_pairs(source, indices))
+        inputs, targets = encode_pairs(tokenizer, read_pairs(
+            source, order.positions(start, min(start + CHUNK_PAIRS, n))))
         lengths.extend(max(len(a), len(b)) for a, b in zip(inputs, targets, strict=True))
     return np.asarray(lengths, np.int64)
 
@@ -474,14 +553,41 @@ class Data(NamedTuple):
     eval_rows: int  # rows of data.max_len slots of an evaluation batch (about as many tokens)
 
 
+def split_ids(config: Any, workdir: storage.PathLike, split: str, tokenizer: Tokenizer,
+              source: Sequence[tuple[str, str]] | None = None,
+              is_chief: bool = True) -> Ids:
+    """The ids of a split (its pairs ``source``, read from the config when None): from its
+    token cache in the workdir, written the first time (by the chief; the others wait), when
+    ``data.token_cache`` is on and the cache can be written; tokenized on the fly otherwise
+    (``token_cache.open_or_write``)."""
+    d = config.data
+    source = sources.get_source(d, split) if source is None else source
+    cached = (token_cache.open_or_write(workdir, split, source, tokenizer, d.source_lang,
+                                        d.target_lang, is_chief=is_chief)
+              if d.token_cache else None)
+    return cached if cached is not None else TokenizedPairs(source, tokenizer)
+
+
+def write_token_cache(config: Any, workdir: storage.PathLike,
+                      splits: Sequence[str] = ("train", "validation")) -> dict[str, Ids]:
+    """Writes the token cache of each of ``splits`` with the workdir's vocabulary (which
+    must exist) where it is not there yet: what a run would write on first use. Returns the
+    ids of each split (on the fly where the cache could not be written)."""
+    tokenizer = Tokenizer(tokenizer_lib.vocab_path(workdir))
+    config = config.copy_and_resolve_references()
+    config.data.token_cache = True
+    return {split: split_ids(config, workdir, split, tokenizer) for split in splits}
+
+
 def data_for(config: Any, workdir: storage.PathLike, num_devices: int,
              process_index: int | None = None, process_count: int | None = None) -> Data:
     """The training source, shared vocabulary, row length and batch iterator of a config.
 
     The vocabulary is the workdir's, trained on ``data.vocab_sample`` characters per side the
-    first time (by process 0 only; the others wait for its file); so is the row length
-    (:func:`row_len_of`). ``num_devices`` is the devices this process trains on; process
-    index and count default to JAX's.
+    first time (by process 0 only; the others wait for its file); so are the row length
+    (:func:`row_len_of`) and the training split's token cache (:func:`split_ids`).
+    ``num_devices`` is the devices this process trains on; process index and count default
+    to JAX's.
     """
     if process_index is None or process_count is None:
         import jax
@@ -499,10 +605,12 @@ def data_for(config: Any, workdir: storage.PathLike, num_devices: int,
     tokenizer = tokenizer_lib.load_or_train(
         workdir, vocab_sample(train_source, d.vocab_sample, 0), d.vocab_size,
         is_chief=process_index == 0)
+    train_ids = split_ids(config, workdir, "train", tokenizer, train_source,
+                          is_chief=process_index == 0)
     row_len = row_len_of(config, workdir, train_source, tokenizer,
                          is_chief=process_index == 0)
     if isinstance(train_source, text.TextPairs):
-        report_long_pairs(train_source, tokenizer, row_len, limit=row_limit(d, row_len))
+        report_long_pairs(train_source, train_ids, row_len, limit=row_limit(d, row_len))
     shape_of = functools.partial(batch_shape, d.tokens_per_batch,
                                  grad_accum_steps=config.optim.grad_accum_steps,
                                  num_devices=num_devices, process_count=process_count,
@@ -514,7 +622,7 @@ def data_for(config: Any, workdir: storage.PathLike, num_devices: int,
         "(data.tokens_per_batch=%d, %+.0f%%) over %d device(s) x %d process(es)", shape.rows,
         row_len, shape.grad_accum_steps, shape.slots_per_step, d.tokens_per_batch,
         100 * miss, num_devices, process_count)
-    train = train_data(train_source, tokenizer, max_len=row_len, rows=shape.local_rows,
+    train = train_data(train_ids, tokenizer, max_len=row_len, rows=shape.local_rows,
                        seed=d.shuffle_seed, packing=d.packing, process_index=process_index,
                        process_count=process_count, num_shards=d.num_shards)
     return Data(tokenizer, train, shape.rows, shape, shape_of(d.max_len).rows)

@@ -12,7 +12,9 @@ and reports on the split
 
 * perplexity (per target subword token, sentences truncated to ``data.max_len``);
 * BLEU two ways (:mod:`transformer_jax.evaluation.bleu`): sacreBLEU on detokenized text,
-  with its signature, and the paper-comparable tokenized, compound-split BLEU.
+  with its signature, and the paper-comparable tokenized, compound-split BLEU; sources longer
+  than the model's ``max_len`` are shortened to it for translation, and listed in the result
+  (``shortened_sources``: their numbers in the split, from 1, and lengths in tokens).
 
 It writes ``<workdir>/eval/<split>-avg<N>-<search>.hyp.txt`` (one hypothesis per line) and
 ``<workdir>/eval/<split>-avg<N>-<search>.json`` (the scores, signatures and settings), where
@@ -35,7 +37,7 @@ from transformer_jax.errors import UserError
 from transformer_jax.evaluation.bleu import bleu, tokenized_bleu
 from transformer_jax.evaluation.perplexity import split_perplexity
 from transformer_jax.evaluation.restore import load_workdir
-from transformer_jax.evaluation.translation import translate
+from transformer_jax.evaluation.translation import long_inputs, translate
 from transformer_jax.io import layout, storage
 
 
@@ -56,6 +58,8 @@ def evaluate_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDic
     ppl = split_perplexity(loaded.params, loaded.model_config, pipeline.eval_batches(
         pairs, loaded.tokenizer, max_len=config.data.max_len, rows=rows))
     decoding = decode.DecodeConfig.from_config(config.decode)
+    limit = loaded.model_config.max_len
+    long = long_inputs(loaded.tokenizer, [s for s, _ in pairs], limit)
     hyps = translate(loaded.params, loaded.model_config, loaded.tokenizer,
                      [s for s, _ in pairs], decoding, progress)
     refs = [t for _, t in pairs]
@@ -68,6 +72,8 @@ def evaluate_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDic
         "bleu": sacre, "bleu_signature": sacre_signature,
         "tokenized_bleu": tok, "tokenized_bleu_signature": tok_signature,
         "decode": dataclasses.asdict(decoding), "seconds": time.time() - start,
+        # The sources longer than the model takes, shortened to its limit for translation.
+        "source_limit": limit, "shortened_sources": [dataclasses.asdict(x) for x in long],
     }
     out = storage.path(workdir) / layout.EVAL
     out.mkdir(exist_ok=True)

@@ -18,8 +18,12 @@ from transformer_jax.model.transformer import Transformer
 
 
 def perplexity(nll_sum: float, tokens: float) -> float:
-    """exp(mean negative log-likelihood per target token)."""
-    return math.exp(nll_sum / max(tokens, 1.0))
+    """exp(mean negative log-likelihood per target token); inf beyond a float's range (a
+    diverged model)."""
+    try:
+        return math.exp(nll_sum / max(tokens, 1.0))
+    except OverflowError:
+        return math.inf
 
 
 def loss_over_batches(batch_sums: Callable[[Any], dict[str, Any]],

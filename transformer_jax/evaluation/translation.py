@@ -1,7 +1,9 @@
-"""Translating sentences with a model's parameters, in batches of similar length."""
+"""Translating sentences with a model's parameters, in batches of similar length; the
+sources longer than the model takes, found and named before any is shortened."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -9,8 +11,9 @@ import jax
 import numpy as np
 
 from transformer_jax.data.pipeline import pad_batch
-from transformer_jax.data.tokenizer import Tokenizer
+from transformer_jax.data.tokenizer import EOS_ID, Tokenizer
 from transformer_jax.decoding import decode
+from transformer_jax.errors import DataError, UserError
 from transformer_jax.model.spec import TransformerConfig
 
 LENGTH_BUCKET = 16  # source and output lengths are rounded up to this, to bound recompilations
@@ -18,6 +21,67 @@ LENGTH_BUCKET = 16  # source and output lengths are rounded up to this, to bound
 
 def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
+
+
+@dataclasses.dataclass(frozen=True)
+class LongInput:
+    """A source longer than a limit: its number among the inputs (from 1) and its length in
+    tokens, as the model takes it (its SentencePiece pieces and the end-of-sentence token)."""
+
+    number: int
+    tokens: int
+
+
+def source_ids(tokenizer: Tokenizer, sentences: Sequence[str]) -> list[list[int]]:
+    """The ids of each source, ending with EOS; none for an empty or blank line."""
+    return [tokenizer.encode(s) if s.strip() else [] for s in sentences]
+
+
+def long_inputs(tokenizer: Tokenizer, sentences: Sequence[str], limit: int) -> list[LongInput]:
+    """The sources of more than ``limit`` tokens, in input order."""
+    return [LongInput(number, len(ids))
+            for number, ids in enumerate(source_ids(tokenizer, sentences), start=1)
+            if len(ids) > limit]
+
+
+def shorten(ids: list[int], limit: int) -> list[int]:
+    """A source of more than ``limit`` ids cut to its first ``limit - 1`` and EOS, so that
+    it ends as every sentence the model was trained on does."""
+    return ids if len(ids) <= limit else [*ids[: limit - 1], EOS_ID]
+
+
+def input_limit(model_max_len: int, max_input_len: int | None = None) -> int:
+    """The longest source, in tokens, that is translated whole: the model's ``max_len``, or
+    ``max_input_len`` when given (at most the model's; UserError otherwise)."""
+    if max_input_len is None:
+        return model_max_len
+    if not 1 <= max_input_len <= model_max_len:
+        raise UserError(f"--max_input_len={max_input_len} must be between 1 and the model's "
+                        f"limit of {model_max_len} tokens (model.max_len)")
+    return max_input_len
+
+
+def shortened_report(where: str, long: Sequence[LongInput], of: int, what: str,
+                     limit: int) -> list[str]:
+    """The lines announcing the sources ``long`` shortened to the model's ``limit``: one each
+    (``where`` names it: "src.txt line"), then how many of the ``of`` sources (``what``:
+    "lines") were; none when there are none."""
+    lines = [f"warning: {where} {x.number}: {x.tokens} tokens, more than the model's {limit}; "
+             f"shortened to its first {limit - 1} and the end-of-sentence token" for x in long]
+    if long:
+        lines.append(f"warning: {len(long)} of {of} {what} shortened to the model's limit of "
+                     f"{limit} tokens")
+    return lines
+
+
+def refuse_long(where: str, long: Sequence[LongInput], limit: int) -> None:
+    """DataError naming the first of the sources ``long`` (longer than ``--max_input_len``
+    = ``limit``) and how many there are; nothing when there are none."""
+    if long:
+        first = long[0]
+        more = f" (and {len(long) - 1} more)" if len(long) > 1 else ""
+        raise DataError(f"{where} {first.number}: {first.tokens} tokens, more than "
+                        f"--max_input_len={limit}{more}")
 
 
 def translate(params: Any, config: TransformerConfig, tokenizer: Tokenizer,
@@ -28,10 +92,11 @@ def translate(params: Any, config: TransformerConfig, tokenizer: Tokenizer,
     Sentences are decoded in batches of ``decoding.batch_size`` of similar length. A
     translation may be up to ``decoding.max_len_offset`` tokens longer than its source (the
     paper's rule: input length + 50), within the model's ``max_len``; sources longer than
-    that are truncated. Empty or whitespace-only inputs give empty outputs.
+    that are shortened (:func:`shorten`), which the commands announce first
+    (:func:`long_inputs`). Empty or whitespace-only inputs give empty outputs.
     ``progress(n)`` is called as each batch of n sentences is done.
     """
-    encoded = [tokenizer.encode(s)[: config.max_len] if s.strip() else [] for s in sentences]
+    encoded = [shorten(ids, config.max_len) for ids in source_ids(tokenizer, sentences)]
     order = sorted((i for i in range(len(sentences)) if encoded[i]),
                    key=lambda i: len(encoded[i]))
     results = [""] * len(sentences)

@@ -8,8 +8,11 @@ A workdir (one training run)::
       checkpoints/           orbax checkpoints, one folder a step (CHECKPOINTS)
       vocab/spm.model        the shared SentencePiece vocabulary (VOCAB / VOCAB_MODEL);
       vocab/row_len.json     the row length chosen from the data (ROW_LEN)
+      vocab/tokens/          each split's token ids, keyed by what made them (TOKEN_CACHE,
+                             TOKEN_CACHE_FILE: train-<key>.array_record)
       metrics.jsonl          every logged metric, one JSON record a line (METRICS)
-      final_metrics.json     written once, when the run has finished (FINAL_METRICS)
+      final_metrics.json     written once, when the run has finished or stopped itself
+                             (FINAL_METRICS)
       provenance.json        code, command, versions, machine of each start (PROVENANCE)
       hold.json              the live run's claim on the workdir (HOLD)
       tb/                    TensorBoard event files (TENSORBOARD)
@@ -27,6 +30,9 @@ CHECKPOINTS = "checkpoints"
 VOCAB = "vocab"
 VOCAB_MODEL = "spm.model"
 ROW_LEN = "row_len.json"
+TOKEN_CACHE = "tokens"
+TOKEN_CACHE_FILE = "{split}-{key}.array_record"
+TOKEN_CACHE_KEY_CHARS = 16  # of the key's hex digest, in the file name
 METRICS = "metrics.jsonl"
 FINAL_METRICS = "final_metrics.json"
 PROVENANCE = "provenance.json"

@@ -7,7 +7,8 @@ them; both import the names from here.
     {"split": "train", "step": 100, "loss": 5.1, "tokens_per_s": 2400.0, ...}
 
 ``final_metrics.json`` is written once, when a run has finished: the last validation
-figures, the test BLEU and where the test translations are.
+figures, the test BLEU and where the test translations are; or when it stopped itself
+(diverged, or its Optuna trial pruned): its step, the last validation figures and STOPPED.
 """
 
 # Every record of metrics.jsonl.
@@ -43,6 +44,15 @@ BLEU_TOKENIZED_SIGNATURE = "bleu_tokenized_signature"
 BLEU_SENTENCES = "bleu_sentences"  # test sentences translated
 TEST_HYPOTHESES = "test_hypotheses"  # their translations, one a line (relative to the workdir)
 TEST_REFERENCES = "test_references"  # their references, likewise
+# Only in the final_metrics.json of a run that stopped itself (training/stops.py), whose STEP
+# is then the step it stopped at: {"reason": "diverged" or "pruned", "step": N,
+# "message": "pruned at step N (...)"}.
+STOPPED = "stopped"
+
+# The validation figures an Optuna trial reports as its objective (search.objective), and
+# those better when higher: a study maximizes these, minimizes the others.
+OBJECTIVES = (LOSS, NLL, PERPLEXITY, BLEU)
+HIGHER_IS_BETTER = (BLEU,)
 
 # The keys each kind of record may hold.
 RECORD_KEYS = {
@@ -53,4 +63,4 @@ RECORD_KEYS = {
 }
 FINAL_KEYS = (STEP, LOSS, NLL, PERPLEXITY, TOKENS, AVERAGED_STEPS, TEST_BLEU, BLEU_SIGNATURE,
               TEST_BLEU_TOKENIZED, BLEU_TOKENIZED_SIGNATURE, BLEU_SENTENCES, TEST_HYPOTHESES,
-              TEST_REFERENCES)
+              TEST_REFERENCES, STOPPED)

@@ -44,10 +44,13 @@ def label_smoothed_cross_entropy(logits: jax.Array, targets: jax.Array, weights:
     return jnp.sum(loss * weights), jnp.sum(nll * weights)
 
 
+# The arrays of a batch the model reads, each [rows, row length] int32.
+BATCH_FIELDS = ("inputs", "targets", "inputs_segment_ids", "targets_segment_ids",
+                "inputs_positions", "targets_positions")
+
+
 def model_inputs(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
-    keys = ("inputs", "targets", "inputs_segment_ids", "targets_segment_ids",
-            "inputs_positions", "targets_positions")
-    return {k: batch[k] for k in keys}
+    return {k: batch[k] for k in BATCH_FIELDS}
 
 
 def batch_sums(params: Any, batch: dict[str, jax.Array], *, model: Transformer,

@@ -54,6 +54,7 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
     commands of a launcher whose points train here (others name ``python``).
     """
     chosen = launchers.get(launcher)
+    chosen.check()
     if scale not in config_lib.SCALES:
         raise UserError(f"--scale={scale} is not one of {', '.join(config_lib.SCALES)}")
     if parallel < 1:

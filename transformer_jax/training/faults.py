@@ -7,8 +7,8 @@
   written is abandoned, and orbax's write-then-rename leaves the earlier ones whole.
 * :class:`NonFiniteSteps` -- the train step leaves the state unchanged when its loss,
   gradients or results are not finite (``step.train_step``); this counts those steps and
-  stops the run after ``train.max_nonfinite_in_a_row`` in a row when ``train.nonfinite`` is
-  "stop".
+  stops the run as diverged after ``train.max_nonfinite_in_a_row`` in a row when
+  ``train.nonfinite`` is "stop" (the way every run that stops itself stops: stops.py).
 * :func:`check_workdir` -- an unwritable workdir, or one whose file system cannot hold the
   checkpoints the run will keep, is refused in one line before anything is trained.
 
@@ -24,9 +24,10 @@ import threading
 from types import FrameType
 from typing import Any
 
-from transformer_jax.errors import TrainingStopped, UserError
+from transformer_jax.errors import UserError
 from transformer_jax.io import storage, workdirs
 from transformer_jax.io.storage import human_bytes
+from transformer_jax.training.stops import DIVERGED, Stop
 
 # Room kept free beyond the checkpoints: logs, TensorBoard events, vocabulary, evaluation files.
 FREE_SPACE_MARGIN_BYTES = 256 * 2**20
@@ -93,7 +94,7 @@ class StopSignals:
 class NonFiniteSteps:
     """Counts the steps the train step skipped for a non-finite loss, gradient or result.
 
-    ``policy`` is "skip" (skip them all) or "stop" (raise :class:`TrainingStopped` once
+    ``policy`` is "skip" (skip them all) or "stop" (:meth:`stop` gives a Stop once
     ``max_in_a_row`` steps in a row were skipped). ``total`` and ``in_a_row`` are saved with
     every checkpoint, so a resumed run goes on counting.
     """
@@ -103,8 +104,9 @@ class NonFiniteSteps:
         self.max_in_a_row = max_in_a_row
         self.total = total
         self.in_a_row = in_a_row
+        self.tripped: tuple[int, int] | None = None  # (step, steps in a row) that stop the run
 
-    def update(self, first_step: int, skipped: list[bool], last_checkpoint: int | None) -> None:
+    def update(self, first_step: int, skipped: list[bool]) -> None:
         """Takes the skipped flags of consecutive steps ``first_step, first_step + 1, ...``."""
         for step, bad in enumerate(skipped, start=first_step):
             if not bad:
@@ -114,13 +116,19 @@ class NonFiniteSteps:
             self.in_a_row += 1
             logging.warning("step %d: non-finite loss or gradient, step skipped (%d in a row, %d "
                             "in this run)", step, self.in_a_row, self.total)
-            if self.policy == "stop" and self.in_a_row >= self.max_in_a_row:
-                where = (f"the last checkpoint is step {last_checkpoint}"
-                         if last_checkpoint is not None else "no checkpoint was written")
-                raise TrainingStopped(
-                    f"stopped at step {step}: {self.in_a_row} steps in a row (from step "
-                    f"{step - self.in_a_row + 1}) had a non-finite loss or gradient "
-                    f"(train.max_nonfinite_in_a_row={self.max_in_a_row}); {where}")
+            if (self.policy == "stop" and self.in_a_row >= self.max_in_a_row
+                    and self.tripped is None):
+                self.tripped = (step, self.in_a_row)
+
+    def stop(self, step: int) -> Stop | None:
+        """The Stop of a run at optimizer ``step`` once ``max_in_a_row`` steps in a row were
+        skipped (with policy "stop"), else None."""
+        if self.tripped is None:
+            return None
+        last, n = self.tripped
+        return Stop(DIVERGED, step, (
+            f"diverged at step {step} ({n} steps in a row, {last - n + 1} to {last}, had a "
+            f"non-finite loss or gradient; train.max_nonfinite_in_a_row={self.max_in_a_row})"))
 
     def state(self) -> dict[str, int]:
         return {"nonfinite_steps": self.total, "nonfinite_in_a_row": self.in_a_row}

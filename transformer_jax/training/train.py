@@ -29,7 +29,7 @@ from transformer_jax.io import checkpoints, layout, metric_keys, provenance, sto
 from transformer_jax.io.logs import MetricWriter
 from transformer_jax.model import params as params_lib
 from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.training import faults, parallel, results, schedules
+from transformer_jax.training import faults, parallel, results, schedules, stops
 from transformer_jax.training.meters import CheckpointClock, LogWindow, MfuMeter, Profile
 from transformer_jax.training.step import checkpoint_bytes, create_train_state, make_executor
 
@@ -46,8 +46,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: storage.PathL
 
     SIGTERM or SIGINT stops training at the next step boundary with a checkpoint (data
     position included); the result is then ``{"preempted_at_step": step}`` and running the
-    same command again resumes exactly. Raises TrainingStopped when ``train.nonfinite`` is
-    "stop" and ``train.max_nonfinite_in_a_row`` steps in a row were not finite.
+    same command again resumes exactly. A run that stops itself (stops.py: diverged, or its
+    Optuna trial pruned; ``train.nonfinite`` "stop" after ``train.max_nonfinite_in_a_row``
+    non-finite steps in a row) saves a checkpoint, writes final_metrics.json with STOPPED
+    and raises TrainingStopped; on a workdir whose run stopped, TrainingStopped is raised
+    at once (a stopped run is not resumed).
 
     The run holds the workdir from start to end (``workdirs.Hold``: a second run on it is
     refused) and checks its config against the workdir's (``resume.remember_config``:
@@ -57,8 +60,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: storage.PathL
     config_lib.validate(config)
     schedules.check(config)  # the schedule's name and settings, which the config cannot know
     workdir = storage.path(workdir)
+    stops.refuse_if_stopped(workdir)
     faults.check_workdir(workdir, checkpoint_bytes(config), config.train.keep_checkpoints)
     is_chief = jax.process_index() == 0
+    # The study and trial are checked before anything is written.
+    trial = stops.TrialWatch(config.search) if config.search.storage and is_chief else None
     with workdirs.Hold(workdir, enabled=is_chief):
         resuming = (bool(workdirs.checkpoint_steps_on_disk(workdir))
                     or tokenizer_lib.vocab_path(workdir).exists())
@@ -68,7 +74,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: storage.PathL
         if moved and workdirs.checkpoint_steps_on_disk(workdir):
             logging.warning("warning: %s changed since the last run: the steps to come follow "
                             "another learning-rate schedule than those before", ", ".join(moved))
-        run = Run(config, workdir)
+        run = Run(config, workdir, trial)
         with faults.StopSignals(multiprocess=jax.process_count() > 1) as signals:
             finished = run.train(signals)
         if not finished:
@@ -81,7 +87,8 @@ class Run:
     the newest checkpoint in the workdir that restores whole. ``step`` counts micro-batches
     (optimizer steps times ``optim.grad_accum_steps``)."""
 
-    def __init__(self, config: ml_collections.ConfigDict, workdir: storage.Path):
+    def __init__(self, config: ml_collections.ConfigDict, workdir: storage.Path,
+                 trial: stops.TrialWatch | None = None):
         self.config, self.workdir = config, workdir
         self.is_chief = jax.process_index() == 0
         self.accum = config.optim.grad_accum_steps
@@ -94,6 +101,8 @@ class Run:
         self.tokenizer, self.data, self.rows = data.tokenizer, data.train, data.rows
         self.row_len, self.eval_rows = data.shape.row_len, data.eval_rows
         self.eval_source = sources.get_source(config.data, "validation")
+        self.eval_ids = pipeline.split_ids(config, workdir, "validation", self.tokenizer,
+                                           self.eval_source, is_chief=self.is_chief)
         self.writer = MetricWriter(workdir, enabled=self.is_chief)
 
         # Model, state and the compiled steps; the state of the latest checkpoint.
@@ -112,6 +121,8 @@ class Run:
         self.nonfinite = faults.NonFiniteSteps(
             config.train.nonfinite, config.train.max_nonfinite_in_a_row,
             meta.get("nonfinite_steps", 0), meta.get("nonfinite_in_a_row", 0))
+        self.watches = stops.watches(config, meta, trial)
+        self.train_loss = float("nan")  # of the last log window
         self.mfu = MfuMeter(config, self.model_config, self.global_devices,
                             row_len=self.row_len)
         self.checkpoint_clock = (CheckpointClock(config.train.checkpoint_every_minutes)
@@ -158,7 +169,8 @@ class Run:
         try:
             while self.step < self.total_steps:
                 self._train_step()
-                if self._due(t.log_every):
+                evaluating = self._due(t.eval_every)
+                if self._due(t.log_every) or evaluating:  # the watches judge a fresh loss
                     self._log_train()
                 if signals.stop_requested(self.step):
                     self._save()
@@ -166,21 +178,59 @@ class Run:
                     logging.warning("stopped at step %d with a checkpoint; run the same command "
                                     "to resume", self.step // self.accum)
                     return False
-                if self._due(t.eval_every):
+                figures: dict[str, Any] = {}  # the validation figures of this step
+                if evaluating:
                     self._evaluate()
+                    figures.update(self.final)
                 if t.bleu_every and self.step % (t.bleu_every * self.accum) == 0:
                     scores = results.validation_bleu(
                         self.config, self.model_config, self.executor.params(self.state),
                         self.tokenizer, self.eval_source)
                     self.dev_bleu = scores[metric_keys.BLEU]
                     self.writer.write(metric_keys.EVAL, self.step // self.accum, scores)
+                    figures.update(scores)
                 if self._checkpoint_due():
                     self._save()
+                stop = self._stop_due(figures if evaluating else None)
+                if stop is not None:
+                    self._stop(stop, figures)
         except Exception:
             self.close()  # the checkpoint in flight is finished first
             raise
         self.ckpts.wait()
         return True
+
+    def _stop_due(self, figures: dict[str, Any] | None) -> stops.Stop | None:
+        """The Stop of this step, if the run stops itself here: after too many non-finite
+        steps, or when a watch says so at an evaluation (``figures`` not None)."""
+        if self.step % self.accum:
+            return None
+        step = self.step // self.accum
+        stop = self.nonfinite.stop(step)
+        if figures is None:
+            return stop
+        evaluation = stops.Evaluation(step, self.train_loss, figures)
+        found = [watch(evaluation) for watch in self.watches]  # every watch sees every one
+        watched = next((s for s in found if s is not None), None)
+        if jax.process_count() > 1:  # process 0 alone reports to a trial: its decision
+            from jax.experimental import multihost_utils
+
+            code = int(multihost_utils.broadcast_one_to_all(np.asarray(
+                stops.REASONS.index(watched.reason) + 1 if watched else 0)))
+            reason = stops.REASONS[code - 1] if code else None
+            if watched is None or watched.reason != reason:
+                watched = (stops.Stop(reason, step, f"{reason} at step {step} (as process 0 "
+                                      "decided)") if reason else None)
+        return stop or watched
+
+    def _stop(self, stop: stops.Stop, figures: dict[str, Any]) -> None:
+        """Ends a run that stops itself: a checkpoint of this step (waited for), then
+        final_metrics.json with the stop, then TrainingStopped."""
+        self._save()
+        self.ckpts.wait()
+        if self.is_chief:
+            stops.write_record(self.workdir, stop, figures)
+        raise stop.error()
 
     def _checkpoint_due(self) -> bool:
         """Every train.checkpoint_every steps or, with train.checkpoint_every_minutes, when
@@ -218,17 +268,18 @@ class Run:
         """Brings the steps' metrics to the host and counts the skipped steps (which may
         stop the run)."""
         first, skipped = self.window.fetch(self.executor)
-        self.nonfinite.update(first, skipped, self.saved_step or None)
+        self.nonfinite.update(first, skipped)
 
     def _log_train(self) -> None:
         self._fetch_metrics()
         scalars = self.window.summarise(self.step, self.accum, self.mfu)
         scalars[metric_keys.SKIPPED_LONG_PAIRS] = self.data.length_filter.skipped
         scalars[metric_keys.NONFINITE_STEPS] = self.nonfinite.total
+        self.train_loss = scalars.get(metric_keys.LOSS, float("nan"))  # nan: all skipped
         self.writer.write(metric_keys.TRAIN, self.step // self.accum, scalars)
 
     def _evaluate(self) -> None:
-        batches = pipeline.eval_batches(self.eval_source, self.tokenizer,
+        batches = pipeline.eval_batches(self.eval_ids, self.tokenizer,
                                         max_len=self.config.data.max_len,
                                         rows=self.eval_rows,
                                         max_batches=self.config.train.eval_batches)
@@ -244,6 +295,8 @@ class Run:
         self._fetch_metrics()
         meta = {"step": self.step, "vocab_size": self.tokenizer.vocab_size,
                 "skipped_long_pairs": self.data.length_filter.skipped, **self.nonfinite.state()}
+        for watch in self.watches:
+            meta.update(watch.state())
         self.ckpts.save(self.step, self.executor.host_state(self.state), self.data.iterator,
                         meta, force=True)
         self.writer.flush()  # in a bucket the logs are rewritten: up to this checkpoint

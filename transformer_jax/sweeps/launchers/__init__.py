@@ -67,8 +67,9 @@ class Job:
 
 
 class Launcher:
-    """A launcher's traits (see the module's docstring) and its ways: the command of a point,
-    how it is started, and the state of a submitted job. ``name`` is its module's name."""
+    """A launcher's traits (see the module's docstring) and its ways: the check of its
+    settings, the command of a point, how it is started, and the state of a submitted job.
+    ``name`` is its module's name."""
 
     help: str = ""  # one line for --launcher's help
     mode: str = RUNS
@@ -108,6 +109,10 @@ class Launcher:
     def write(self, line: str) -> None:
         """Where a WRITES launcher writes its lines."""
         raise NotImplementedError(f"launcher {self.name} writes its commands: define write()")
+
+    def check(self) -> None:
+        """Refuses (UserError, one line) settings of the environment the launcher cannot
+        use, before the sweep writes anything."""
 
     def queue_state(self, job_id: str) -> str | None:
         """The scheduler's state of a submitted job still queued or running ("PENDING",

@@ -1,15 +1,30 @@
 """``--launcher=slurm``: ``sbatch launch/slurm.sbatch`` for each point; a point whose job is
-still queued or running (``squeue``) is not submitted again."""
+still queued or running (``squeue``) is not submitted again. sbatch options for every point
+(``--nodes=2 --partition=gpu``), which take the place of the script's ``#SBATCH`` lines,
+are read from the environment variable named by ``OPTIONS_VARIABLE``."""
 
 from __future__ import annotations
 
 import logging
+import os
+import shlex
 import subprocess
 
 from transformer_jax.errors import UserError
 from transformer_jax.io import workdirs
 from transformer_jax.sweeps import records
 from transformer_jax.sweeps.launchers import SUBMITS, Job, Launcher
+
+OPTIONS_VARIABLE = "TRANSFORMER_JAX_SBATCH_OPTIONS"
+
+
+def sbatch_options() -> list[str]:
+    """The sbatch options of ``OPTIONS_VARIABLE``, split as the shell would."""
+    value = os.environ.get(OPTIONS_VARIABLE, "")
+    try:
+        return shlex.split(value)
+    except ValueError as e:
+        raise UserError(f"{OPTIONS_VARIABLE}={value!r}: {e}") from e
 
 
 class Slurm(Launcher):
@@ -19,9 +34,13 @@ class Slurm(Launcher):
 
     def command(self, sweep, point, args, python="python"):
         config, workdir, overrides = args
+        # Appended to: a requeued job (the same id) would otherwise empty its first log.
         return ["sbatch", "--parsable", f"--job-name={sweep.name}-{point.name}",
-                f"--output={workdir}/slurm-%j.out", "launch/slurm.sbatch", config, workdir,
-                *overrides]
+                f"--output={workdir}/slurm-%j.out", "--open-mode=append", *sbatch_options(),
+                "launch/slurm.sbatch", config, workdir, *overrides]
+
+    def check(self) -> None:
+        sbatch_options()
 
     def launch(self, job: Job) -> str:
         job.workdir.mkdir(parents=True, exist_ok=True)  # SLURM writes its output file there
