@@ -13,7 +13,7 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 
 from transformer_jax.data import sources  # noqa: E402
 from transformer_jax.data.pipeline import pad_batch  # noqa: E402
-from transformer_jax.data.tokenizer import EOS_ID, UNK_ID  # noqa: E402
+from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 from transformer_jax.decoding import decode  # noqa: E402
 from transformer_jax.exports import ctranslate2 as target, mapping  # noqa: E402
 from transformer_jax.model.transformer import Transformer  # noqa: E402
@@ -48,7 +48,8 @@ def _pieces(tok, ids):
 
 
 def _until_eos(row):
-    row = [int(i) for i in row]
+    # Our output: the tokens, then EOS or (a sentence that reached its maximum) padding.
+    row = [int(i) for i in row if i != PAD_ID]
     return row[: row.index(EOS_ID)] if EOS_ID in row else row
 
 
