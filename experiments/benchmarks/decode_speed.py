@@ -1,7 +1,7 @@
 """Decoding speed: the key/value cache at the demo size, and tokens/s at the base size.
 
     python experiments/benchmarks/decode_speed.py [--batch=8] [--length=128] [--repeats=3]
-    python -m experiments.benchmarks.decode_speed [--shapes=demo,base]
+    python -m experiments.benchmarks.decode_speed [--shapes=demo,base,ctranslate2]
 
 Random weights throughout -- speed does not depend on what the weights say -- and every
 output forced to its full length: the searches run with no end symbol (eos_id = -1), so no
@@ -20,6 +20,11 @@ sequence stops early.
   growing cache (16, 32, 64 slots; ``decode.Phases``); and beam 4 the former way, with the
   cross-attention keys and values repeated per beam and reordered with the beams at every
   step (for the ratio of each to beam 4).
+* ctranslate2: the engine people deploy, at the base shape: the same random base weights
+  exported with ``exports.ctranslate2`` (float32, and int8 weights), the same sentences,
+  greedy and beam 4, every output forced to the same 63 tokens (``min_decoding_length`` =
+  ``max_decoding_length``), beside ours (``decode.generate`` as above), in one run;
+  CTranslate2 runs on the CPU with as many threads as the machine has cores.
 
 Tokens/s counts output tokens of the translations returned: batch x length per run (beam
 search decodes beam_size hypotheses per sentence to return one). Times are medians of
@@ -159,14 +164,20 @@ def demo_shape(args: argparse.Namespace) -> dict[str, object]:
     return figures
 
 
-def base_shape(args: argparse.Namespace) -> dict[str, object]:
+def base_setup() -> tuple[TransformerConfig, object, jax.Array, int]:
+    """(config, random parameters, sources, output buffer) of the base shape."""
     c = config_lib.build("base")
     config = TransformerConfig.from_config(c.model, c.data.vocab_size)
     batch, source_length, length = BASE_SHAPE.values()
     # translation.translate's buffer: one more than the longest output, rounded up.
     buffer = -(-(length + 1) // translation.LENGTH_BUCKET) * translation.LENGTH_BUCKET
     params = init_params(config, jax.random.key(0))
-    inputs = random_sources(config, batch, source_length)
+    return config, params, random_sources(config, batch, source_length), buffer
+
+
+def base_shape(args: argparse.Namespace) -> dict[str, object]:
+    batch, source_length, length = BASE_SHAPE.values()
+    config, params, inputs, buffer = base_setup()
     print(f"\nbase model ({config.num_layers} + {config.num_layers} layers, d_model "
           f"{config.d_model}, vocabulary {config.vocab_size}), {batch} sentences of "
           f"{source_length} source tokens, {length} output tokens (buffer {buffer})")
@@ -199,17 +210,84 @@ def base_shape(args: argparse.Namespace) -> dict[str, object]:
             "base_beam4_phased_over_full_cache": round(phased, 3)}
 
 
+def ctranslate2_shape(args: argparse.Namespace) -> dict[str, object]:
+    import os
+    import tempfile
+
+    import ctranslate2
+
+    from transformer_jax.exports import ctranslate2 as export_ct2, mapping
+
+    batch, source_length, length = BASE_SHAPE.values()
+    config, params, inputs, buffer = base_setup()
+    tokens = ["<pad>", "</s>", "<unk>", *(f"t{i}" for i in range(3, config.vocab_size))]
+    sources = [[tokens[i] for i in row[:-1]] for row in np.asarray(inputs)]  # EOS added
+    threads = os.cpu_count() or 1
+    print(f"\nCTranslate2 {ctranslate2.__version__} beside ours, base model, {batch} "
+          f"sentences of {source_length} source tokens, {length} output tokens, CPU, "
+          f"{threads} threads")
+    print(f"{'decoder':<34} {'compile s':>10} {'run s':>8} {'tokens/s':>10}")
+    spec_of = lambda: export_ct2.build_spec(mapping.layers_of(params, config), config,  # noqa: E731
+                                            tokens)
+    calls: dict[str, Callable[[], object]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for quantization in ("float32", "int8"):
+            directory = os.path.join(tmp, quantization)
+            os.makedirs(directory)
+            export_ct2.write(directory, spec_of(), quantization)
+            translator = ctranslate2.Translator(directory, device="cpu",
+                                                compute_type=quantization,
+                                                intra_threads=threads)
+            for name, beam_size in (("greedy", 1), ("beam4", 4)):
+                calls[f"ct2 {quantization} {name}"] = functools.partial(
+                    translator.translate_batch, sources, beam_size=beam_size,
+                    length_penalty=0.6, min_decoding_length=length,
+                    max_decoding_length=length, max_batch_size=batch)
+        calls["ours greedy"] = decoder(params, config, inputs,
+                                       decode.DecodeConfig(strategy="greedy"), length, buffer)
+        calls["ours beam4"] = decoder(params, config, inputs, decode.DecodeConfig(
+            strategy="beam", beam_size=4, alpha=0.6), length, buffer)
+        compile_s, times = {}, {name: [] for name in calls}
+        for name, call in calls.items():
+            start = time.perf_counter()
+            out = call()
+            if name.startswith("ct2"):
+                assert all(len(r.hypotheses[0]) == length for r in out), name
+            else:
+                jax.block_until_ready(out)
+            compile_s[name] = time.perf_counter() - start
+        for _ in range(args.repeats):
+            for name, call in calls.items():
+                start = time.perf_counter()
+                jax.block_until_ready(call())
+                times[name].append(time.perf_counter() - start)
+    speed = report({n: (compile_s[n], statistics.median(times[n])) for n in calls}, batch,
+                   length)
+    figures: dict[str, object] = {}
+    for name in ("greedy", "beam4"):
+        for quantization in ("float32", "int8"):
+            theirs = speed[f"ct2 {quantization} {name}"]
+            figures[f"ct2_{quantization}_{name}_tokens_per_s"] = round(theirs, 1)
+            figures[f"ct2_{quantization}_{name}_over_ours"] = round(
+                theirs / speed[f"ours {name}"], 2)
+            print(f"{name}: CTranslate2 {quantization} decodes "
+                  f"{theirs / speed[f'ours {name}']:.2f}x as fast as ours")
+        figures[f"ours_{name}_tokens_per_s"] = round(speed[f"ours {name}"], 1)
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default="demo,base", help="comma-separated: demo, base")
+    parser.add_argument("--shapes", default="demo,base",
+                        help="comma-separated: demo, base, ctranslate2")
     parser.add_argument("--batch", type=int, default=8, help="demo: sentences per batch")
     parser.add_argument("--length", type=int, default=128, help="demo: output tokens (>= 100)")
     parser.add_argument("--source_length", type=int, default=24, help="demo: source tokens")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
-    if not shapes or set(shapes) - {"demo", "base"}:
-        parser.error("--shapes must name some of demo, base")
+    if not shapes or set(shapes) - {"demo", "base", "ctranslate2"}:
+        parser.error("--shapes must name some of demo, base, ctranslate2")
 
     print(f"decode speed on {jax.devices()[0].platform} "
           f"({platform.processor() or platform.machine()}), jax {jax.__version__}")
@@ -218,6 +296,8 @@ def main() -> None:
         figures.update(demo_shape(args))
     if "base" in shapes:
         figures.update(base_shape(args))
+    if "ctranslate2" in shapes:
+        figures.update(ctranslate2_shape(args))
     print(json.dumps({"benchmark": "decode_speed", **figures}))
 
 

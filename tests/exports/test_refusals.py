@@ -1,0 +1,74 @@
+"""What an export refuses, in one line naming the field or file, leaving nothing behind:
+variants a target cannot express, a workdir without checkpoints or with a damaged one, an
+output directory that exists."""
+
+import shutil
+
+import pytest
+
+from transformer_jax.errors import ConfigError
+from transformer_jax.exports import ctranslate2, hf
+from transformer_jax.model.spec import TransformerConfig
+
+from ..helpers import run_command
+
+BASE = TransformerConfig(vocab_size=100, num_layers=1, d_model=32, d_ff=64, num_heads=4,
+                         d_k=8, d_v=8)
+
+
+@pytest.mark.parametrize("target", [ctranslate2, hf])
+@pytest.mark.parametrize("change, field", [
+    ({"attention": "local"}, "model.attention='local'"),
+    ({"num_kv_heads": 1}, "model.num_kv_heads=1"),
+    ({"d_v": 16}, "model.d_v=16"),
+])
+def test_both_targets_refuse(target, change, field):
+    target.check(BASE)  # the paper's model passes
+    with pytest.raises(ConfigError, match=field.replace("(", r"\(")):
+        target.check(BASE.replace(**change))
+
+
+def test_exact_kernels_pass():
+    for kernel in ("blockwise", "dense"):
+        ctranslate2.check(BASE.replace(attention=kernel))
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"norm": "pre"}, "model.norm='pre'"),
+    ({"positions": "learned"}, "model.positions='learned'"),
+    ({"share_embeddings": False}, "model.share_embeddings=False"),
+    ({"d_k": 16, "d_v": 16}, "model.d_k=16 x model.num_heads=4"),
+])
+def test_marian_refuses(change, field):
+    with pytest.raises(ConfigError, match=field):
+        hf.check(BASE.replace(**change))
+    ctranslate2.check(BASE.replace(**change))  # CTranslate2 takes them
+
+
+def _refused(tmp_path, workdir, out, what):
+    ran = run_command("export", "ctranslate2", f"--workdir={workdir}", f"--out={out}")
+    assert ran.returncode == 2, ran.stderr
+    last = ran.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and what in last, last
+    assert not any(p.name.startswith(".out.partial") for p in tmp_path.iterdir())
+    return last
+
+
+def test_workdir_and_output_refusals(trained_workdir, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    _refused(tmp_path, trained_workdir, out, "exists already")
+    out.rmdir()
+    empty = tmp_path / "empty"
+    shutil.copytree(trained_workdir, empty, ignore=shutil.ignore_patterns("checkpoints"))
+    _refused(tmp_path, empty, out, "no checkpoints")
+    assert not out.exists()
+    damaged = tmp_path / "damaged"
+    shutil.copytree(trained_workdir, damaged)
+    steps = sorted((damaged / "checkpoints").iterdir(), key=lambda p: p.name)
+    for step in steps:
+        for f in (step / "state").rglob("*"):
+            if f.is_file() and f.stat().st_size > 1000:
+                f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    _refused(tmp_path, damaged, out, "checkpoint")
+    assert not out.exists()

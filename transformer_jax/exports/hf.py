@@ -1,0 +1,371 @@
+"""Hugging Face: a trained model as a MarianMT directory (``transformers.MarianMTModel`` and
+``MarianTokenizer``), written from numpy with safetensors; and such a directory read back into
+a workdir (:func:`import_directory`).
+
+What is mapped (docs/export.md):
+
+* positions: MarianMT's static table puts the sines of the d/2 frequencies in channels
+  0 .. d/2 - 1 and the cosines after them, where ours interleaves them (sine 2i, cosine
+  2i + 1). Channel j of the export is our channel ``CHANNELS[j]`` (0, 2, 4, ..., 1, 3, ...):
+  the permutation is applied to every weight that reads or writes the model dimension (the
+  embeddings, every projection's input or output, every LayerNorm), which LayerNorm, the
+  residual sums and the shared output layer leave unchanged;
+* ids: vocab.json lists our SentencePiece pieces in id order, so no row moves; the config
+  names padding (0, also the decoder's start), end of sentence (1); generation forbids
+  padding as an output (``bad_words_ids``), as our search does;
+* the output bias is ``final_logits_bias``; embeddings are scaled by sqrt(d_model).
+
+What MarianMT cannot express is refused (:func:`check`). One difference stays: MarianMT's
+LayerNorms use epsilon 1e-5 (fixed in transformers), ours 1e-6; the logits differ by far
+less than 1e-4 (the slow test measures it), and reading the directory back gives ours
+exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID
+from transformer_jax.errors import ConfigError, UserError
+from transformer_jax.exports import mapping
+from transformer_jax.io import layout, provenance, storage, workdirs
+from transformer_jax.model.spec import TransformerConfig
+from transformer_jax.model.transformer import sinusoidal_positions
+
+NAME = "MarianMT"
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+GENERATION_CONFIG = "generation_config.json"
+SOURCE_SPM, TARGET_SPM, VOCAB = "source.spm", "target.spm", "vocab.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+# The run's own config, for reading the directory back into a workdir.
+RUN_CONFIG = "transformer_jax_config.json"
+BLOCKS = {"self_attention": "self_attn", "cross_attention": "encoder_attn"}
+NORMS = {"self_attention": "self_attn_layer_norm", "cross_attention": "encoder_attn_layer_norm",
+         "ffn": "final_layer_norm"}
+
+
+def channels(d_model: int) -> np.ndarray:
+    """Channel j of MarianMT's position table is our channel channels(d)[j]."""
+    return np.concatenate([np.arange(0, d_model, 2), np.arange(1, d_model, 2)])
+
+
+def check(config: TransformerConfig) -> None:
+    """ConfigError naming the field MarianMT cannot express."""
+    mapping.check_exact_kernel(config, NAME)
+    mapping.check_heads(config, NAME)
+    if config.d_k * config.num_heads != config.d_model:
+        raise ConfigError(f"model.d_k={config.d_k} x model.num_heads={config.num_heads} is not "
+                          f"model.d_model={config.d_model}; {NAME}'s heads split d_model")
+    if config.norm != "post":
+        raise ConfigError(f"model.norm={config.norm!r}: {NAME}'s layers are post-LN only")
+    if config.positions != "sinusoidal":
+        raise ConfigError(f"model.positions={config.positions!r}: {NAME}'s positions are a "
+                          "static sinusoidal table")
+    if not config.share_embeddings:
+        raise ConfigError("model.share_embeddings=False: the export shares one vocabulary "
+                          "and one embedding matrix")
+    if config.d_model % 2:
+        raise ConfigError(f"model.d_model={config.d_model} is odd; the position tables "
+                          "pair sines and cosines")
+
+
+def _state_dict(w: mapping.Weights, config: TransformerConfig) -> dict[str, np.ndarray]:
+    p = channels(config.d_model)
+    out: dict[str, np.ndarray] = {}
+    table = w.source_embedding[:, p]
+    out["model.shared.weight"] = table
+    out["final_logits_bias"] = w.output_bias[None]
+    for side, layers in (("encoder", w.encoder), ("decoder", w.decoder)):
+        out[f"model.{side}.embed_positions.weight"] = sinusoidal_positions(
+            config.max_len, config.d_model)[:, p]
+        for i, m in enumerate(layers):
+            prefix = f"model.{side}.layers.{i}"
+            for ours, theirs in BLOCKS.items():
+                if f"{ours}.q.w" not in m:
+                    continue
+                for x in "qkv":  # read the model dimension: rows permuted
+                    out[f"{prefix}.{theirs}.{x}_proj.weight"] = m[f"{ours}.{x}.w"][p].T
+                    out[f"{prefix}.{theirs}.{x}_proj.bias"] = m[f"{ours}.{x}.b"]
+                out[f"{prefix}.{theirs}.out_proj.weight"] = m[f"{ours}.o.w"][:, p].T
+                out[f"{prefix}.{theirs}.out_proj.bias"] = m[f"{ours}.o.b"][p]
+            out[f"{prefix}.fc1.weight"] = m["ffn.w1.w"][p].T
+            out[f"{prefix}.fc1.bias"] = m["ffn.w1.b"]
+            out[f"{prefix}.fc2.weight"] = m["ffn.w2.w"][:, p].T
+            out[f"{prefix}.fc2.bias"] = m["ffn.w2.b"][p]
+            for ours, theirs in NORMS.items():
+                if f"{ours}.norm.scale" in m:
+                    out[f"{prefix}.{theirs}.weight"] = m[f"{ours}.norm.scale"][p]
+                    out[f"{prefix}.{theirs}.bias"] = m[f"{ours}.norm.bias"][p]
+    return {k: np.ascontiguousarray(v, np.float32) for k, v in out.items()}
+
+
+def _weights(sd: dict[str, np.ndarray], config: TransformerConfig) -> mapping.Weights:
+    """The inverse of :func:`_state_dict`."""
+    inverse = np.argsort(channels(config.d_model))
+    table = sd["model.shared.weight"][:, inverse]
+    sides = []
+    for side, blocks in (("encoder", mapping.ENCODER_BLOCKS),
+                         ("decoder", mapping.DECODER_BLOCKS)):
+        layers = []
+        for i in range(config.num_layers):
+            prefix = f"model.{side}.layers.{i}"
+            m: mapping.Matrices = {}
+            for ours in blocks:
+                theirs = BLOCKS[ours]
+                for x in "qkv":
+                    m[f"{ours}.{x}.w"] = sd[f"{prefix}.{theirs}.{x}_proj.weight"].T[inverse]
+                    m[f"{ours}.{x}.b"] = sd[f"{prefix}.{theirs}.{x}_proj.bias"]
+                m[f"{ours}.o.w"] = sd[f"{prefix}.{theirs}.out_proj.weight"].T[:, inverse]
+                m[f"{ours}.o.b"] = sd[f"{prefix}.{theirs}.out_proj.bias"][inverse]
+            m["ffn.w1.w"] = sd[f"{prefix}.fc1.weight"].T[inverse]
+            m["ffn.w1.b"] = sd[f"{prefix}.fc1.bias"]
+            m["ffn.w2.w"] = sd[f"{prefix}.fc2.weight"].T[:, inverse]
+            m["ffn.w2.b"] = sd[f"{prefix}.fc2.bias"][inverse]
+            for ours in (*blocks, "ffn"):
+                m[f"{ours}.norm.scale"] = sd[f"{prefix}.{NORMS[ours]}.weight"][inverse]
+                m[f"{ours}.norm.bias"] = sd[f"{prefix}.{NORMS[ours]}.bias"][inverse]
+            layers.append(m)
+        sides.append(layers)
+    positions = sinusoidal_positions(config.max_len, config.d_model)
+    return mapping.Weights(table, table, table.T, sd["final_logits_bias"].reshape(-1),
+                           positions, positions, sides[0], sides[1], {})
+
+
+def marian_config(config: TransformerConfig, run_config: Any) -> dict[str, Any]:
+    return {
+        "architectures": ["MarianMTModel"], "model_type": "marian",
+        "vocab_size": config.vocab_size, "decoder_vocab_size": config.vocab_size,
+        "max_position_embeddings": config.max_len, "d_model": config.d_model,
+        "encoder_layers": config.num_layers, "decoder_layers": config.num_layers,
+        "encoder_attention_heads": config.num_heads, "decoder_attention_heads": config.num_heads,
+        "encoder_ffn_dim": config.d_ff, "decoder_ffn_dim": config.d_ff,
+        "activation_function": "relu", "scale_embedding": True, "static_position_embeddings": True,
+        "normalize_before": False, "normalize_embedding": False,
+        "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True,
+        "dropout": run_config.model.dropout_rate,
+        "attention_dropout": run_config.model.attention_dropout_rate,
+        "activation_dropout": 0.0,
+        "pad_token_id": PAD_ID, "eos_token_id": EOS_ID, "decoder_start_token_id": PAD_ID,
+        "forced_eos_token_id": None, "bos_token_id": None, "is_encoder_decoder": True,
+    }
+
+
+def generation_config(run_config: Any, config: TransformerConfig) -> dict[str, Any]:
+    d = run_config.decode
+    return {"decoder_start_token_id": PAD_ID, "pad_token_id": PAD_ID, "eos_token_id": EOS_ID,
+            "bad_words_ids": [[PAD_ID]], "num_beams": d.beam_size, "length_penalty": d.alpha,
+            "max_length": config.max_len, "forced_eos_token_id": None}
+
+
+MODEL_CARD = """\
+---
+library_name: transformers
+pipeline_tag: translation
+language: [{source}, {target}]
+---
+
+# {name}
+
+The Transformer of "Attention Is All You Need", trained with transformer_jax and exported
+as MarianMT (ReLU, post-LN, static sinusoidal positions, one shared SentencePiece
+vocabulary). Parameters: checkpoint(s) {steps} of the run.
+
+```python
+from transformers import MarianMTModel, MarianTokenizer
+
+tokenizer = MarianTokenizer.from_pretrained(".")
+model = MarianMTModel.from_pretrained(".")
+batch = tokenizer(["A sentence to translate."], return_tensors="pt", padding=True)
+print(tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True))
+```
+
+MarianMT's LayerNorm epsilon is 1e-5, the run's 1e-6: logits differ in the sixth digit.
+Beam search here divides by length ** alpha, the run's by ((5 + length) / 6) ** alpha.
+
+## Model
+
+```json
+{model}
+```
+
+## Provenance
+
+```json
+{provenance}
+```
+
+## Final metrics
+
+```json
+{metrics}
+```
+"""
+
+
+def export(loaded: Any, config: Any, workdir: str, directory: str) -> None:
+    """Writes the MarianMT directory of ``loaded`` (restore.Loaded) into ``directory``."""
+    from safetensors.numpy import save_file
+
+    mc = loaded.model_config
+    check(mc)
+    weights = mapping.layers_of(loaded.params, mc)
+    save_file(_state_dict(weights, mc), os.path.join(directory, WEIGHTS),
+              metadata={"format": "pt"})
+    files = {
+        CONFIG: marian_config(mc, config),
+        GENERATION_CONFIG: generation_config(config, mc),
+        VOCAB: {t: i for i, t in enumerate(mapping.vocabulary(loaded.tokenizer,
+                                                              mc.vocab_size))},
+        TOKENIZER_CONFIG: {
+            "tokenizer_class": "MarianTokenizer", "source_lang": config.data.source_lang,
+            "target_lang": config.data.target_lang, "unk_token": loaded.tokenizer.pieces(
+                [UNK_ID])[0], "eos_token": loaded.tokenizer.pieces([EOS_ID])[0],
+            "pad_token": loaded.tokenizer.pieces([PAD_ID])[0], "separate_vocabs": False,
+            "model_max_length": mc.max_len},
+        RUN_CONFIG: json.loads(json.dumps(config.to_dict(), default=str)),
+    }
+    for name, value in files.items():
+        with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
+            json.dump(value, f, indent=2, ensure_ascii=False)
+    for name in (SOURCE_SPM, TARGET_SPM):
+        shutil.copyfile(os.fspath(loaded.tokenizer.path), os.path.join(directory, name))
+    runs = provenance.read(workdir)
+    metrics = workdirs.read_json(storage.path(workdir) / layout.FINAL_METRICS)
+    with open(os.path.join(directory, "README.md"), "w", encoding="utf-8") as f:
+        f.write(MODEL_CARD.format(
+            name=os.path.basename(os.path.normpath(workdir)),
+            source=config.data.source_lang, target=config.data.target_lang,
+            steps=", ".join(map(str, loaded.steps)),
+            model=json.dumps(files[RUN_CONFIG]["model"], indent=2),
+            provenance=json.dumps(runs[-1] if runs else "none recorded", indent=2),
+            metrics=json.dumps(metrics if metrics is not None else "none recorded", indent=2)))
+
+
+# ----------------------------------------------------------------------------------------
+# Back into a workdir
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file; --from_hf must be a MarianMT directory"
+                        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{path}: not JSON ({e})") from None
+
+
+def model_config_of(marian: dict[str, Any], path: str) -> TransformerConfig:
+    """Our model of a MarianMT config.json; UserError naming a field we cannot take."""
+    wanted = {"activation_function": "relu", "scale_embedding": True,
+              "normalize_before": False, "share_encoder_decoder_embeddings": True}
+    for field, value in wanted.items():
+        if marian.get(field, value if field.startswith("normalize") else None) != value:
+            raise UserError(f"{path}: {field}={marian.get(field)!r}; this model needs {value}")
+    for a, b in (("encoder_layers", "decoder_layers"), ("encoder_ffn_dim", "decoder_ffn_dim"),
+                 ("encoder_attention_heads", "decoder_attention_heads")):
+        if marian.get(a) != marian.get(b):
+            raise UserError(f"{path}: {a}={marian.get(a)} but {b}={marian.get(b)}; this model "
+                            "has one value for both")
+    for field, value in (("pad_token_id", PAD_ID), ("eos_token_id", EOS_ID),
+                         ("decoder_start_token_id", PAD_ID)):
+        if marian.get(field) != value:
+            raise UserError(f"{path}: {field}={marian.get(field)}; this model's is {value}")
+    d, h = marian["d_model"], marian["encoder_attention_heads"]
+    return TransformerConfig(
+        vocab_size=marian["vocab_size"], num_layers=marian["encoder_layers"], d_model=d,
+        d_ff=marian["encoder_ffn_dim"], num_heads=h, d_k=d // h, d_v=d // h,
+        max_len=marian["max_position_embeddings"], deterministic=True)
+
+
+def import_directory(source: str, out: storage.PathLike,
+                     start_training: Callable[[str, Any], None] | None = None) -> None:
+    """Reads the MarianMT directory ``source`` into the new workdir ``out``: config.json
+    (the exported run's, or the base config with the MarianMT model's shape), the shared
+    vocabulary and checkpoint 0 with the parameters, which ``translate``, ``evaluate`` and
+    ``visualize`` read.
+
+    ``start_training(workdir, params)`` writes that checkpoint as a new run's, with the
+    optimizer and data state training resumes from (``training.warm_start``); where it
+    cannot (a UserError: the config's data is not on this machine) or is not given, the
+    checkpoint holds the parameters alone, and a warning says training cannot resume it.
+    """
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    from transformer_jax import config as config_lib
+
+    mapping.check_new(out)
+    marian = _read_json(os.path.join(source, CONFIG))
+    mc = model_config_of(marian, os.path.join(source, CONFIG))
+    weights_path = os.path.join(source, WEIGHTS)
+    try:
+        sd = load_file(weights_path)
+    except FileNotFoundError:
+        raise UserError(f"{weights_path}: no such file") from None
+    except (SafetensorError, OSError) as e:
+        raise UserError(f"{weights_path}: damaged ({e})") from None
+    for name in (SOURCE_SPM, TARGET_SPM):
+        if not os.path.isfile(os.path.join(source, name)):
+            raise UserError(f"{os.path.join(source, name)}: no such file")
+    with open(os.path.join(source, SOURCE_SPM), "rb") as a, \
+            open(os.path.join(source, TARGET_SPM), "rb") as b:
+        spm_bytes = a.read()
+        if spm_bytes != b.read():
+            raise UserError(f"{source}: {SOURCE_SPM} and {TARGET_SPM} differ; this model "
+                            "shares one vocabulary")
+    try:
+        params = mapping.from_layers(_weights(sd, mc), mc)
+    except KeyError as e:
+        raise UserError(f"{weights_path}: no tensor {e.args[0]}") from None
+    run_path = os.path.join(source, RUN_CONFIG)
+    if os.path.isfile(run_path):
+        saved = _read_json(run_path)
+    else:
+        saved = {"model": {"num_layers": mc.num_layers, "d_model": mc.d_model, "d_ff": mc.d_ff,
+                           "num_heads": mc.num_heads, "max_len": mc.max_len}}
+    saved.setdefault("data", {})["vocab_size"] = mc.vocab_size
+    with mapping.writing(out) as directory:
+        with open(os.path.join(directory, layout.CONFIG), "w", encoding="utf-8") as f:
+            json.dump(_merged(config_lib.base_config().to_dict(), saved), f, indent=2,
+                      default=str)
+        os.makedirs(os.path.join(directory, layout.VOCAB))
+        with open(os.path.join(directory, layout.VOCAB, layout.VOCAB_MODEL), "wb") as f:
+            f.write(spm_bytes)
+        try:
+            if start_training is None:
+                raise UserError("no training state asked for")
+            start_training(directory, params)
+        except UserError as e:
+            logging.warning("warning: %s; %s holds the parameters alone: translate, evaluate "
+                            "and visualize read them, training cannot resume from them", e, out)
+            _save_params(directory, params, mc.vocab_size, source)
+
+
+def _save_params(directory: str, params: Any, vocab_size: int, source: str) -> None:
+    from transformer_jax.io import checkpoints
+
+    ckpts = checkpoints.Checkpoints(directory, 1)
+    try:
+        ckpts.save(0, {"params": params}, None, {"step": 0, "vocab_size": vocab_size,
+                                                  "from_hf": os.path.abspath(source)},
+                   force=True)
+    finally:
+        ckpts.close()
+
+
+def _merged(base: dict[str, Any], saved: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in saved.items():
+        out[key] = (_merged(base[key], value) if isinstance(value, dict)
+                    and isinstance(base.get(key), dict) else value)
+    return out
