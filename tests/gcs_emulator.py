@@ -38,6 +38,10 @@ def environment(port: int) -> dict[str, str]:
         "FSSPEC_GCS": json.dumps({"token": "anon", "use_listings_cache": False}),
         # gcsfs asks a gRPC API for the bucket type, which the emulator lacks (a 60 s stall).
         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+        # etils.epath reads gs:// through TensorFlow's own client when TensorFlow is installed
+        # (the prepare extra, in the test extra for the WMT preparation tests); that client
+        # knows no emulator. gcsfs, its other backend, does.
+        "EPATH_USE_TF": "false",
     }
 
 

@@ -142,6 +142,9 @@ def prepare_generated(tfds_name: str, data_dir: str | None) -> None:
         builder = _generated_builder(tfds_name, data_dir)
         if builder.is_prepared():
             return
+        # Under the lock, what a killed preparation left is no one's.
+        for unfinished in unfinished_preparations(tfds_name, data_dir):
+            storage.rmtree(unfinished)
         tfds.disable_progress_bar()
         if not storage.is_remote(where):
             _prepare_in(tfds_name, where)
@@ -197,12 +200,26 @@ def read_tfds(dataset: datasets.Dataset, data_config: Any, split: str) -> PairSo
                                    data_dir=data_dir, download=False,
                                    deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
     except Exception as e:  # TFDS raises several types for a missing or tfrecord-only dataset
+        unfinished = unfinished_preparations(dataset.tfds_name, data_dir)
         raise FileNotFoundError(
             f"{dataset.tfds_name}: no array_record copy of split {split!r} under "
-            f"{data_dir or '~/tensorflow_datasets'} ({type(e).__name__}); "
-            f"{dataset.how_to_prepare}") from e
+            f"{data_dir or '~/tensorflow_datasets'} ({type(e).__name__}"
+            + (f"; a preparation did not finish: {unfinished[-1]}" if unfinished else "")
+            + f"); {dataset.how_to_prepare}") from e
     return PairSource(records, data_config.source_lang, data_config.target_lang,
                       f"{dataset.tfds_name}:{split}")
+
+
+def unfinished_preparations(tfds_name: str, data_dir: str | None) -> list[str]:
+    """The folders of preparations of TFDS dataset ``tfds_name`` that did not finish: TFDS's
+    ``incomplete.*`` folders, next to where its version folder goes (a killed preparation
+    leaves one)."""
+    where = storage.path(data_dir or os.path.expanduser("~/tensorflow_datasets"))
+    where = where.joinpath(*tfds_name.split("/"))
+    if not where.is_dir():
+        return []
+    return sorted(os.fspath(p) for p in where.iterdir()
+                  if p.name.startswith(tfds.core.constants.INCOMPLETE_PREFIX))
 
 
 def read_generated(dataset: datasets.Dataset, data_config: Any, split: str) -> PairSource:

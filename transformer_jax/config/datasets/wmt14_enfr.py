@@ -8,4 +8,5 @@ DATASET = Dataset(
     settings={"data.source_lang": "en", "data.target_lang": "fr",
               "data.vocab_size": paper.VOCAB_SIZE_EN_FR},
     tfds_name="wmt14_translate/fr-en", tfds_module="tensorflow_datasets.translate.wmt14",
-    how_to_prepare="prepare it as the README's 'Preparing WMT14' section shows")
+    how_to_prepare=("prepare it: python -m transformer_jax.prepare wmt14_enfr "
+                    "(docs/data.md, 'Preparing WMT14')"))
