@@ -112,14 +112,25 @@ def test_evaluate_averages_the_configs_number_or_what_the_workdir_holds(workdir,
 def test_evaluate_command(workdir, tmp_path):
     # The one run of the evaluate command in a process of its own.
     workdir = shutil.copytree(workdir, tmp_path / "run")  # the evaluation writes into it
+    # Enough validation sentences (at least 20) to hold one longer than the model takes,
+    # counted with the workdir's SentencePiece model (pieces and the end-of-sentence token).
+    limit = json.loads((workdir / layout.CONFIG).read_text())["model"]["max_len"]
+    sp = sentencepiece.SentencePieceProcessor(
+        model_file=str(workdir / layout.VOCAB / layout.VOCAB_MODEL))
+    source = sources.get_source(resume.workdir_config(workdir).data, "validation")
+    counts = [len(sp.encode(source[i][0])) + 1 for i in range(len(source))]
+    first_long = next((i for i, n in enumerate(counts) if n > limit), None)
+    assert first_long is not None, "no validation sentence is longer than the model takes"
+    sentences = max(20, first_long + 1)
     out = subprocess.run(
         [sys.executable, "-m", "transformer_jax.evaluate", f"--workdir={workdir}",
-         "--split=validation", "--average=2", "--limit=20", "--config.decode.beam_size=2"],
+         "--split=validation", "--average=2", f"--limit={sentences}",
+         "--config.decode.beam_size=2"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("validation: 20 sentences; parameters of checkpoint(s) 20, 30 "
-                               "averaged; beam 2, alpha 0.6, max length input + 50")
+    assert lines[0].startswith(f"validation: {sentences} sentences; parameters of checkpoint(s) "
+                               "20, 30 averaged; beam 2, alpha 0.6, max length input + 50")
     assert lines[1].startswith("warning: the averaged checkpoints (steps 20, 30) reach back to "
                                "67% of step 30, an early part of training")
     assert any(line.startswith("BLEU (sacreBLEU, detokenized): ") and "tok:13a" in line
@@ -128,21 +139,14 @@ def test_evaluate_command(workdir, tmp_path):
                for line in lines)
     saved = json.loads((workdir / "eval" / "validation-avg2-beam2.json").read_text())
     assert saved["decode"]["beam_size"] == 2 and saved["checkpoints"] == [20, 30]
-    # The sources longer than the model takes, counted with the workdir's SentencePiece model
-    # (pieces and the end-of-sentence token), each named on stderr, then their count.
-    limit = json.loads((workdir / layout.CONFIG).read_text())["model"]["max_len"]
-    sp = sentencepiece.SentencePieceProcessor(
-        model_file=str(workdir / layout.VOCAB / layout.VOCAB_MODEL))
-    source = sources.get_source(resume.workdir_config(workdir).data, "validation")
-    counts = [len(sp.encode(source[i][0])) + 1 for i in range(20)]
-    long = [(number, n) for number, n in enumerate(counts, start=1) if n > limit]
-    assert long, "the first 20 validation sentences hold one longer than the model takes"
+    # The sources longer than the model takes, each named on stderr, then their count.
+    long = [(number, n) for number, n in enumerate(counts[:sentences], start=1) if n > limit]
     assert [line for line in out.stderr.splitlines() if "shortened" in line] == [
         f"warning: validation sentence {number}: {n} tokens, more than the model's {limit}; "
         f"shortened to its first {limit - 1} and the end-of-sentence token"
         for number, n in long] + [
-        f"warning: {len(long)} of 20 validation sentences shortened to the model's limit of "
-        f"{limit} tokens"]
+        f"warning: {len(long)} of {sentences} validation sentences shortened to the model's "
+        f"limit of {limit} tokens"]
     assert saved["shortened_sources"] == [{"number": number, "tokens": n} for number, n in long]
     assert saved["source_limit"] == limit
     bad = run_command("evaluate", f"--workdir={workdir}", "--average=9")

@@ -86,9 +86,10 @@ def biggest_file(directory):
 
 
 def truncate(path):
-    """Cuts the file (or the biggest file under the directory) ``path`` in half."""
-    path = biggest_file(path) if path.is_dir() else path
-    path.write_bytes(path.read_bytes()[: os.path.getsize(path) // 2])
+    """Cuts the file ``path``, or every file under the directory ``path``, in half (which of
+    the data files holds which array is orbax's choice, and not the same on every run)."""
+    for file in ([p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path]):
+        file.write_bytes(file.read_bytes()[: os.path.getsize(file) // 2])
 
 
 def overwrite(path):
