@@ -181,7 +181,7 @@ def test_a_stopped_run_is_told_pruned_and_a_finished_one_its_value(tmp_path):
     root.mkdir()
     controller = search.Controller(sweep, str(root), launchers.get("local"), "demo",
                                    search.Search("random", 3), {}, sys.executable, "")
-    controller.open(0, search.open_storage(controller.url))
+    controller.open(0, stops.open_storage(controller.url))
     numbers = [controller.ask() for _ in range(3)]
     assert numbers == [0, 1, 2] and controller.ask() is None  # --trials=3 asked
     points = {n: controller.points(n) for n in numbers}

@@ -53,6 +53,7 @@ from transformer_jax.sweeps.cpu_peak import shared_cpu_peak
 from transformer_jax.sweeps.experiment import Point, Sweep
 from transformer_jax.sweeps.points import point_config, train_args
 from transformer_jax.sweeps.status import DONE, point_status
+from transformer_jax.training import stops
 
 SAMPLERS: dict[str, Callable[[int], optuna.samplers.BaseSampler]] = {
     "random": lambda seed: optuna.samplers.RandomSampler(seed=seed),
@@ -99,8 +100,6 @@ class Search:
 
     @property
     def direction(self) -> str:
-        from transformer_jax.training import stops
-
         return stops.direction(self.objective)
 
 
@@ -109,31 +108,11 @@ def storage_url(root: str, storage_flag: str = "") -> str:
     return storage_flag or os.path.join(root, layout.STUDY_JOURNAL)
 
 
-# Attempts at opening a database: controllers started at once on a new one race to create
-# its tables, and all but one fail once.
-OPEN_ATTEMPTS = 3
-
-
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """The study's storage, opened as training opens it: UserError in one line for an
-    unreachable or wrong database (after OPEN_ATTEMPTS, a second apart)."""
-    from transformer_jax.training import stops
-
-    for _ in range(OPEN_ATTEMPTS - 1):
-        try:
-            return stops.open_storage(url)
-        except UserError:
-            if "://" not in url:
-                raise
-            time.sleep(1.0)
-    return stops.open_storage(url)
-
-
 def open_study(name: str, url: str, direction: str, sampler: str = "tpe", seed: int = 0,
                store: optuna.storages.BaseStorage | None = None) -> optuna.Study:
     """The study ``name`` in ``url`` (opened, or ``store``), created when missing; UserError
     when it exists with another direction."""
-    study = optuna.create_study(storage=store or open_storage(url), study_name=name,
+    study = optuna.create_study(storage=store or stops.open_storage(url), study_name=name,
                                 sampler=SAMPLERS[sampler](seed), direction=direction,
                                 load_if_exists=True)
     if study.direction.name.lower() != direction:
@@ -149,7 +128,7 @@ def load_study(name: str, url: str, store: optuna.storages.BaseStorage | None = 
     if store is None and "://" not in url and not storage.path(url).exists():
         return None
     try:
-        return optuna.load_study(study_name=name, storage=store or open_storage(url))
+        return optuna.load_study(study_name=name, storage=store or stops.open_storage(url))
     except KeyError:
         return None
 
@@ -472,13 +451,13 @@ def run_search(sweep: Sweep, root: str, search: Search, launcher: str = "local",
     root_path = storage.path(root)
     records.check_root(root_path, {"name": sweep.name, "scale": scale})
     # A database is opened before anything is written; the journal file is in the root.
-    store = open_storage(controller.url) if search.storage else None
+    store = stops.open_storage(controller.url) if search.storage else None
     if dry_run and load_study(sweep.name, controller.url, store) is None:
         print(f"# a new study {sweep.name} in {controller.url}: up to {search.trials} trials "
               f"of {', '.join(map(str, sweep.space))} ({search.sampler})")
         return {}
     root_path.mkdir(parents=True, exist_ok=True)
-    study = controller.open(first.train.seed, store or open_storage(controller.url))
+    study = controller.open(first.train.seed, store or stops.open_storage(controller.url))
     if dry_run:
         outcome = {}
         for number in controller.resumable():
@@ -539,7 +518,7 @@ class GridTrials:
                  scale: str, overrides: dict[str, Any]):
         self.controller = Controller(sweep, root, chosen, scale, search, overrides,
                                      sys.executable, "")
-        self.controller.open(0, open_storage(self.controller.url))
+        self.controller.open(0, stops.open_storage(self.controller.url))
 
     def trial_of(self, point: Point, workdir: storage.Path) -> int:
         """The point's trial: its running one, or a new one."""

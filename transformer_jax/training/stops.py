@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -125,20 +126,30 @@ class Divergence:
 # Optuna
 
 
+# Attempts at opening a database, a second apart: controllers started at once on a new one
+# race to create its tables, and all but one fail once.
+OPEN_ATTEMPTS = 3
+
+
 def open_storage(url_or_path: str) -> Any:
     """The Optuna storage ``search.storage`` names: a database URL (``sqlite:///study.db``,
     ``postgresql://...``; optuna's RDBStorage) or the path of a journal file (JournalStorage
-    on a JournalFileBackend, which locks the file for writers on one file system)."""
+    on a JournalFileBackend, which locks the file for writers on one file system). UserError in
+    one line for an unreachable or wrong database, after OPEN_ATTEMPTS."""
     import optuna
     from optuna.storages.journal import JournalFileBackend
 
-    if "://" in url_or_path:
+    if "://" not in url_or_path:
+        return optuna.storages.JournalStorage(JournalFileBackend(str(url_or_path)))
+    for attempt in range(OPEN_ATTEMPTS):
         try:
             return optuna.storages.RDBStorage(url_or_path)
         except Exception as e:  # sqlalchemy's errors for a bad URL or an unreachable server
-            raise UserError(f"search.storage={url_or_path!r}: {type(e).__name__}: "
-                            f"{str(e).splitlines()[0] if str(e) else e}") from e
-    return optuna.storages.JournalStorage(JournalFileBackend(str(url_or_path)))
+            if attempt + 1 == OPEN_ATTEMPTS:
+                raise UserError(f"search.storage={url_or_path!r}: {type(e).__name__}: "
+                                f"{str(e).splitlines()[0] if str(e) else e}") from e
+            time.sleep(1.0)
+    raise AssertionError("unreachable")
 
 
 def pruner(search: ml_collections.ConfigDict) -> Any:
