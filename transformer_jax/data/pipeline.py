@@ -246,15 +246,18 @@ class EpochOrder(grain.MapDataset):
         return int(self.positions(index, index + 1)[0])
 
     def _epoch(self, epoch: int) -> np.ndarray:
+        # Reading threads may ask for an epoch older than the two kept (a small split read
+        # ahead over several epochs): it is drawn again and returned, whatever is kept.
         with self._lock:
-            if epoch not in self._epochs:
+            indices = self._epochs.get(epoch)
+            if indices is None:
                 order = np.arange(self.length, dtype=np.int64)
                 if self.seed is not None:
                     order = np.random.default_rng([self.seed, epoch]).permutation(self.length)
-                self._epochs[epoch] = self.shard + self.num_shards * order
+                indices = self._epochs[epoch] = self.shard + self.num_shards * order
                 for old in sorted(self._epochs)[:-2]:
                     del self._epochs[old]
-            return self._epochs[epoch]
+            return indices
 
     def positions(self, start: int, stop: int) -> np.ndarray:
         """The pair indices at positions ``start`` to ``stop`` of the endless sequence of
