@@ -2,7 +2,6 @@
 positional encodings, the quadratic bill, and the HTML page in headless Chromium."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -14,12 +13,14 @@ import numpy as np
 import pytest
 
 from transformer_jax.analysis import pictures as visualize
-from transformer_jax.data.pipeline import pad_batch
+from transformer_jax.data.batching import pad_batch
 from transformer_jax.errors import UserError
 from transformer_jax.model.params import init_params
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import train
 
+from .. import needs
+from ..conftest import once_per_session
 from ..helpers import tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,15 +28,15 @@ LAYERS, HEADS = 2, 4
 SENTENCE = 4  # test split: "He says that I have come." -> "Er sagt, dass ich gekommen bin."
 
 
-# Tests marked slow share `run`: about 75 s on a 2-core CPU to train it and draw its pictures.
-@pytest.fixture(scope="module")
+# Tests marked slow share `run`: about 75 s on a 2-core CPU to train it and draw its pictures,
+# so made once for the session, whichever pytest-xdist workers its tests land on.
+@pytest.fixture(scope="session")
 def run(tmp_path_factory, builtin_data_dir):
     """A 2-layer, 4-head model trained for a few steps, ending with pictures of one sentence."""
-    workdir = tmp_path_factory.mktemp("run")
     config = tiny_config(builtin_data_dir, num_steps=20, visualize_sentences=(SENTENCE,))
     config.model.num_layers = LAYERS
-    train.train_and_evaluate(config, workdir)
-    return workdir
+    return once_per_session(tmp_path_factory, "visualize_run",
+                            lambda workdir: train.train_and_evaluate(config, workdir))
 
 
 @pytest.fixture(scope="module")
@@ -171,16 +172,12 @@ CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 
 def _browser():
-    # In CI (.ci/run installs the browser) a missing one is a failure, not a skip.
-    missing = pytest.fail if os.environ.get("CI") == "true" else pytest.skip
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        missing("selenium is not installed (pip install -e '.[test]')")
+    webdriver = needs.require("selenium.webdriver", "the test extra: pip install -e '.[test]'")
+    from selenium.webdriver.chrome.service import Service
+
     if not (CHROMIUM and CHROMEDRIVER):
-        missing("Chromium or chromedriver is not installed (Debian: apt-get install "
-                "chromium chromium-driver)")
+        needs.missing("Chromium or chromedriver is not installed (Debian: apt-get install "
+                      "chromium chromium-driver)")
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",

@@ -289,6 +289,7 @@ def test_beam_scores_are_the_models_scores_of_its_hypotheses(params):
     assert len(lengths) > 1  # hypotheses of different lengths were compared
 
 
+@pytest.mark.slow
 def test_beams_share_their_sentences_cross_attention_keys_and_values(params):
     """Beam search with one copy of the cross-attention keys and values per sentence finds
     what it found with a copy per beam, reordered with the beams at every step (the former

@@ -9,7 +9,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from transformer_jax import config as config_lib
 from transformer_jax.errors import ConfigError
-from transformer_jax.model.dropout import Dropout, dropout, keep_mask
+from transformer_jax.model.dropout import Dropout, dropout, keep_mask, rows_block
 
 SHAPE = (64, 128, 128)  # 1,048,576 elements
 
@@ -68,6 +68,23 @@ def test_sharded_mask_equals_the_single_device_mask():
     assert len(sharded.sharding.device_set) == 8
     np.testing.assert_array_equal(np.asarray(sharded),
                                   np.asarray(keep_mask(jax.random.key(4), SHAPE, 0.1)))
+
+
+@pytest.mark.parametrize("impl", ["hash", "jax"])
+def test_a_pmap_device_draws_its_block_of_the_whole_batch_mask(impl):
+    # 4 devices of 4 rows each: together the mask of the 16 rows jit would draw at once.
+    key, shape = jax.random.key(6), (16, 8, 32)
+
+    def per_device(_):
+        with rows_block(jax.lax.axis_index("i"), 4):
+            return keep_mask(key, (4, *shape[1:]), 0.3, impl)
+
+    blocks = jax.pmap(per_device, axis_name="i", devices=jax.devices()[:4])(jnp.zeros(4))
+    whole = np.asarray(keep_mask(key, shape, 0.3, impl))
+    np.testing.assert_array_equal(np.asarray(blocks).reshape(shape), whole)
+    assert 0 < whole.mean() < 1
+    # Outside the block, the mask is an array's own again: the first block's.
+    np.testing.assert_array_equal(keep_mask(key, (4, *shape[1:]), 0.3, impl), whole[:4])
 
 
 def test_jax_impl_is_flax_dropout():

@@ -18,6 +18,7 @@ from transformer_jax.config import resume
 from transformer_jax.errors import ConfigError
 from transformer_jax.io import workdirs
 from transformer_jax.model import attention, kernels
+from transformer_jax.model.kernels import performer
 from transformer_jax.training import train
 
 KERNELS = kernels.names()
@@ -26,29 +27,96 @@ KERNELS = kernels.names()
 PACKED = np.array([[1] * 6 + [2] * 9 + [0] * 6, [1] * 4 + [2] * 5 + [3] * 8 + [0] * 4])
 PLAIN = np.array([[1] * 15 + [0] * 6, [1] * 17 + [0] * 4])
 WINDOW = 3
+GLOBAL = 2  # global positions a sentence, for kernels with the global_tokens trait
+FEATURES = 64  # the performer kernel's random features
 
 
-def softmax_attention(q, k, v, q_seg, kv_seg, causal=False, window=None):
-    """softmax(Q K^T / sqrt(d_k)) V over the keys each query may see, in float64 numpy: a key
-    of the query's own segment, not padding (0), not after it if causal, at most ``window``
-    away if given. Query head i shares key/value head i // (h / h_kv). Returns outputs
-    [b, h, q, d_v] and weights [b, h, q, k]; a query that sees no key gets NaN."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    groups = q.shape[1] // k.shape[1]
-    k, v = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
+def first_positions(seg, count):
+    """[b, n] booleans: the first ``count`` positions of every run of one non-zero id."""
+    seg = np.asarray(seg)
+    out = np.zeros(seg.shape, bool)
+    for b, row in enumerate(seg):
+        run = 0
+        for i, s in enumerate(row):
+            run = run + 1 if i and s == row[i - 1] else 1
+            out[b, i] = s != 0 and run <= count
+    return out
+
+
+def allowed_keys(q_seg, kv_seg, causal=False, window=None, global_tokens=0):
+    """[b, q, k]: a key of the query's own segment, not padding (0), not after it if causal,
+    and with a window at most ``window`` away unless the query or the key is one of the
+    first ``global_tokens`` of its sentence."""
     q_seg, kv_seg = np.asarray(q_seg), np.asarray(kv_seg)
-    q_pos, k_pos = np.arange(q.shape[2])[:, None], np.arange(k.shape[2])[None, :]
+    q_pos, k_pos = np.arange(q_seg.shape[1])[:, None], np.arange(kv_seg.shape[1])[None, :]
     allowed = (q_seg[:, :, None] == kv_seg[:, None, :]) & (kv_seg[:, None, :] != 0)
     if causal:
         allowed &= k_pos <= q_pos
     if window is not None:
-        allowed &= np.abs(q_pos - k_pos) <= window
+        near = np.abs(q_pos - k_pos) <= window
+        if global_tokens:
+            near = near | first_positions(q_seg, global_tokens)[:, :, None] | \
+                first_positions(kv_seg, global_tokens)[:, None, :]
+        allowed &= near
+    return allowed
+
+
+def softmax_attention(q, k, v, q_seg, kv_seg, causal=False, window=None, global_tokens=0):
+    """softmax(Q K^T / sqrt(d_k)) V over the keys each query may see (:func:`allowed_keys`),
+    in float64 numpy. Query head i shares key/value head i // (h / h_kv). Returns outputs
+    [b, h, q, d_v] and weights [b, h, q, k]; a query that sees no key gets NaN."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    groups = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
+    allowed = allowed_keys(q_seg, kv_seg, causal, window, global_tokens)
     logits = np.einsum("bhqd,bhkd->bhqk", q, k) / np.sqrt(q.shape[-1])
     logits = np.where(allowed[:, None], logits, -np.inf)
     with np.errstate(invalid="ignore"):
         weights = np.exp(logits - logits.max(-1, keepdims=True))
         weights /= weights.sum(-1, keepdims=True)
     return np.einsum("bhqk,bhkd->bhqd", weights, v), weights
+
+
+def elu_plus_one(x, is_query):
+    """The linear transformer's feature map, elementwise."""
+    return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0)))
+
+
+def favor(x, is_query):
+    """Performer's positive random features of x [..., d] (scaled by d^-1/4), with the
+    kernel's own draws of directions: exp(W x - |x|^2 / 2) / sqrt(m)."""
+    x = np.asarray(x, np.float64) * x.shape[-1] ** -0.25
+    w = performer.projection(FEATURES, x.shape[-1]).astype(np.float64)
+    return np.exp(x @ w.T - 0.5 * (x * x).sum(-1, keepdims=True)) / np.sqrt(FEATURES)
+
+
+def feature_attention(q, k, v, q_seg, kv_seg, causal, phi):
+    """Linear attention written out in float64: weights phi(q_i) . phi(k_j) over the keys
+    the query may see, each row divided by its sum."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    groups = q.shape[1] // k.shape[1]
+    k, v = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
+    scores = np.einsum("bhqm,bhkm->bhqk", phi(q, True), phi(k, False))
+    scores = scores * allowed_keys(q_seg, kv_seg, causal)[:, None]
+    with np.errstate(invalid="ignore"):
+        weights = scores / scores.sum(-1, keepdims=True)
+    return np.einsum("bhqk,bhkd->bhqd", weights, v), weights
+
+
+# What each approximate kernel claims to compute instead of softmax attention over every key
+# (those with a window: softmax over their window, and global positions where they have them).
+FEATURE_MAPS = {"linear": elu_plus_one, "performer": favor}
+
+
+def claimed(name, q, k, v, q_seg, kv_seg, causal):
+    """(outputs, weights) of what kernel ``name`` claims to compute, worked out here."""
+    traits = kernels.get(name).traits
+    if traits.exact:
+        return softmax_attention(q, k, v, q_seg, kv_seg, causal)
+    if traits.window:
+        return softmax_attention(q, k, v, q_seg, kv_seg, causal, WINDOW,
+                                 GLOBAL if traits.global_tokens else 0)
+    return feature_attention(q, k, v, q_seg, kv_seg, causal, FEATURE_MAPS[name])
 
 
 def qkv(seed, d_v=6, length=21):
@@ -70,8 +138,9 @@ def setup(name, seed):
 
 def call(kernel, q, k, v, segments, **options):
     """``kernel.run`` with every keyword the registry passes (the kernels module docstring)."""
-    defaults = dict(causal=False, q_offset=0, window=None, block_size=8, dropout_rate=0.0,
-                    dropout_rng=None, dropout_impl="hash", return_weights=False)
+    defaults = dict(causal=False, q_offset=0, window=None, global_tokens=GLOBAL, block_size=8,
+                    random_features=FEATURES, dropout_rate=0.0, dropout_rng=None,
+                    dropout_impl="hash", return_weights=False)
     return kernel.run(q, k, v, segments, segments, **(defaults | options))
 
 
@@ -85,17 +154,22 @@ def rows(x, real):
 
 
 def test_the_registry_lists_the_kernel_modules_dense_first():
-    assert KERNELS == ("dense", "blockwise", "cudnn", "local")
+    assert KERNELS == ("dense", "blockwise", "cudnn", "linear", "local", "local_global",
+                       "performer")
     for name in KERNELS:
         kernel = kernels.get(name)
         assert kernel.name == name and isinstance(kernel.traits, kernels.Traits)
     assert kernels.having("exact") == ("dense", "blockwise", "cudnn")
-    assert kernels.having("returns_weights") == kernels.having("supports_dropout") == ("dense",)
+    assert kernels.having("returns_weights") == ("dense", "linear", "performer")
+    assert kernels.having("supports_dropout") == ("dense",)
+    assert kernels.having("window") == ("local", "local_global")
+    assert kernels.having("global_tokens") == ("local_global",)
+    assert kernels.having("recurrent") == ("linear", "performer")
 
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("name", KERNELS)
-def test_exact_kernels_attend_to_every_allowed_key_and_windowed_ones_to_their_band(
+def test_exact_kernels_attend_to_every_allowed_key_and_the_others_compute_what_they_claim(
         name, causal):
     kernel, (q, k, v), segments, window, real = setup(name, 1)
     out, _ = call(kernel, q, k, v, segments, causal=causal, window=window)
@@ -104,15 +178,14 @@ def test_exact_kernels_attend_to_every_allowed_key_and_windowed_ones_to_their_ba
         np.testing.assert_allclose(rows(out, real), rows(full, real), atol=1e-5)
     else:  # it claims to compute something else: a resumed run may not switch to it
         assert not np.allclose(rows(out, real), rows(full, real), atol=1e-3)
-    if kernel.traits.window:
-        banded, _ = softmax_attention(q, k, v, segments, segments, causal, window)
-        np.testing.assert_allclose(rows(out, real), rows(banded, real), atol=1e-5)
+    expected, _ = claimed(name, q, k, v, segments, segments, causal)
+    np.testing.assert_allclose(rows(out, real), rows(expected, real), atol=1e-5)
 
 
 @pytest.mark.parametrize("name", KERNELS)
 def test_kernels_with_weights_return_them_and_the_others_hand_over_to_dense(name):
     kernel, (q, k, v), segments, window, real = setup(name, 2)
-    expected_out, expected = softmax_attention(q, k, v, segments, segments, True, window)
+    expected_out, expected = claimed(name, q, k, v, segments, segments, True)
     if kernel.traits.returns_weights:
         out, weights = call(kernel, q, k, v, segments, causal=True, window=window,
                             return_weights=True)
@@ -125,7 +198,8 @@ def test_kernels_with_weights_return_them_and_the_others_hand_over_to_dense(name
         assert call(kernel, q, k, v, segments, causal=True, window=window,
                     return_weights=True)[1] is None
         out, weights = attention.attend(name, q, k, v, segments, segments, causal=True,
-                                        window=window, block_size=8, return_weights=True)
+                                        window=window, global_tokens=GLOBAL, block_size=8,
+                                        return_weights=True)
         np.testing.assert_allclose(rows(weights, real), rows(expected, real), atol=1e-6)
     np.testing.assert_allclose(rows(out, real), rows(expected_out, real), atol=1e-5)
 
@@ -216,7 +290,8 @@ def test_unavailable_is_none_or_one_line(name):
 
 
 def test_an_unknown_kernel_is_one_line_naming_the_known_ones():
-    message = "model.attention='flash' is not one of dense, blockwise, cudnn, local"
+    message = ("model.attention='flash' is not one of dense, blockwise, cudnn, linear, local, "
+               "local_global, performer")
     with pytest.raises(ConfigError) as raised:
         kernels.get("flash")
     assert str(raised.value) == message
@@ -273,7 +348,8 @@ def added_kernels(tmp_path, monkeypatch):
 
 
 def test_a_kernel_file_in_a_searched_directory_is_found_by_name(added_kernels, monkeypatch):
-    assert kernels.names() == ("dense", "blockwise", "cudnn", "local", "toy", "toy_padding")
+    assert kernels.names() == ("dense", "blockwise", "cudnn", "linear", "local", "local_global",
+                               "performer", "toy", "toy_padding")
     assert "toy" in kernels.having("exact")
     q, k, v = qkv(7)
     segments = jnp.asarray(PACKED)
@@ -304,6 +380,7 @@ def logged_losses(workdir):
             if r["split"] == "train"]
 
 
+@pytest.mark.slow
 def test_a_kernel_file_trains_from_the_command_line_with_the_dense_kernels_losses(
         tmp_path, builtin_data_dir):
     directory = write_kernels(tmp_path / "kernels")

@@ -216,6 +216,7 @@ def test_dropout_is_active_in_training_and_off_in_evaluation():
     np.testing.assert_array_equal(e1, e2)
 
 
+@pytest.mark.slow
 def test_remat_changes_nothing_but_memory():
     model, variables = init()
     src, tgt = random_tokens((2, 7), 17), random_tokens((2, 6), 18)
@@ -308,6 +309,7 @@ def test_grouped_key_value_heads_shrink_the_decoding_cache(num_kv_heads):
     assert cache_bytes - counters == {4: 19_456, 2: 9_728, 1: 4_864}[kv_heads]
 
 
+@pytest.mark.slow
 def test_cached_decoding_with_local_multi_query_attention_matches_teacher_forcing():
     from transformer_jax.decoding import decode
 

@@ -86,7 +86,8 @@ def measured_memory(path: str | os.PathLike | None = None) -> dict[str, Any]:
         return measure_dense_attention()
     try:
         data = json.loads(path.read_text())
-        results = [{**{key: r[key] for key in ("kind", "n", "pass")}, "peak_bytes": case_peak(r)}
+        results = [{**{key: r[key] for key in ("kind", "n", "pass")}, "peak_bytes": case_peak(r),
+                    **{key: r.get(key) for key in ("time_s", "cpu_s")}}
                    for r in data["results"] if not r.get("error") and r.get("peak_bytes")]
         header = {key: data[key] for key in ("machine", "heads")}
     except json.JSONDecodeError as e:

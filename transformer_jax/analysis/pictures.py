@@ -14,7 +14,9 @@ is shown. ``--out`` receives, for the sentence:
   kind/layer/head selector and the weights of a clicked token;
 
 and for the model: ``positional_encoding.png`` (position x dimension),
-``position_similarity.png`` (PE dot products), ``quadratic_bill.{png,md,csv}``.
+``position_similarity.png`` (PE dot products), ``rotary_similarity.png`` (its companion for
+rotary positions), ``sparse_mask.png`` (local + global attention's mask, kernel_pictures.py),
+``quadratic_bill.{png,md,csv}``; the page shows these too.
 
 Figures are drawn with matplotlib's object API (``Figure``, rendered by Agg), never pyplot, so
 no display and no global figure state is involved.
@@ -43,7 +45,7 @@ import ml_collections
 import numpy as np
 from matplotlib.figure import Figure
 
-from transformer_jax.analysis import attention_cost
+from transformer_jax.analysis import attention_cost, kernel_pictures
 from transformer_jax.config import resume
 from transformer_jax.data import sources
 from transformer_jax.data.tokenizer import Tokenizer
@@ -241,10 +243,15 @@ def plot_position_similarity(num_positions: int, d_model: int) -> Figure:
 
 
 def plot_quadratic_bill(bill: Sequence[dict[str, int]], measured: dict[str, Any]) -> Figure:
-    """Log-log: cells (left) and fp16 bytes (right) against n, with measured peaks."""
+    """Log-log against n: cells (top left) and fp16 bytes with the dense kernel's measured
+    forward peak (top right); where the benchmark measured the kernels, each one's forward +
+    backward peak memory (bottom left) and time (bottom right), where a line of slope 2 is
+    the square and of slope 1 linear in n."""
     n = np.array([r["n"] for r in bill], np.float64)
-    fig = Figure(figsize=(13, 4.6), layout="constrained")
-    cells_ax, bytes_ax = fig.subplots(1, 2)
+    backward = [r for r in measured["results"] if r["pass"] == "backward"]
+    fig = Figure(figsize=(13, 9.2 if backward else 4.6), layout="constrained")
+    axes = fig.subplots(2 if backward else 1, 2, squeeze=False)
+    cells_ax, bytes_ax = axes[0]
     matrices = bill[0]["matrices"]
     cells_ax.plot(n, [r["cells"] for r in bill], "o-", label="one matrix: n²")
     cells_ax.plot(n, [r["cells"] * matrices for r in bill], "s-",
@@ -254,22 +261,44 @@ def plot_quadratic_bill(bill: Sequence[dict[str, int]], measured: dict[str, Any]
     bytes_ax.plot(n, [r["layer_bytes"] for r in bill], "^--", label="one layer's heads, fp16")
     bytes_ax.plot(n, [r["model_bytes"] for r in bill], "s-",
                   label=f"base forward, {matrices} matrices, fp16")
-    for (kind, pas), marker in zip(sorted({(r["kind"], r["pass"]) for r in measured["results"]}),
-                                   "XDPv*hd", strict=False):
-        rows = sorted((r["n"], r["peak_bytes"]) for r in measured["results"]
-                      if (r["kind"], r["pass"]) == (kind, pas))
-        bytes_ax.plot(*zip(*rows, strict=True), marker, ms=8, linestyle=":",
-                      label=f"measured peak: {kind}, {pas}, {measured['heads']} heads")
-    for ax in (cells_ax, bytes_ax):
+    dense = sorted((r["n"], r["peak_bytes"]) for r in measured["results"]
+                   if (r["kind"], r["pass"]) == ("dense", "forward"))
+    if dense:
+        bytes_ax.plot(*zip(*dense, strict=True), "X:", ms=8,
+                      label=f"measured peak: dense, forward, {measured['heads']} heads")
+    bytes_ax.set_ylabel("memory")
+    if backward:
+        memory_ax, time_ax = axes[1]
+        kinds = sorted({r["kind"] for r in backward})
+        timed = "cpu_s" if all(r.get("cpu_s") for r in backward) else "time_s"
+        for kind, marker in zip(kinds, "XDPv*hd^<>s", strict=False):
+            rows = sorted((r["n"], r["peak_bytes"], r.get(timed)) for r in backward
+                          if r["kind"] == kind)
+            memory_ax.plot([x for x, _, _ in rows], [m for _, m, _ in rows], marker + "-",
+                           ms=7, lw=1, label=kind)
+            ran = [(x, t) for x, _, t in rows if t]
+            if ran:
+                time_ax.plot(*zip(*ran, strict=True), marker + "-", ms=7, lw=1, label=kind)
+        memory_ax.set_ylabel(f"measured peak memory, {measured['heads']} heads")
+        memory_ax.set_title("forward + backward: peak memory", fontsize=10)
+        time_ax.set_ylabel("CPU seconds" if timed == "cpu_s" else "seconds")
+        time_ax.set_title("forward + backward: " + ("CPU time (user + system)"
+                                                     if timed == "cpu_s" else "time"),
+                          fontsize=10)
+        time_ax.legend(fontsize=8, loc="upper left")
+        memory_ax.legend(fontsize=8, loc="upper left")
+    for ax in axes.flat:
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("sequence length n")
         ax.grid(True, which="major", alpha=0.3)
     cells_ax.legend(fontsize=8, loc="upper left")  # the lines climb away from that corner
-    bytes_ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    ticks = [1024.0 ** k for k in range(1, 6)]
-    bytes_ax.set_yticks(ticks, ["1 KiB", "1 MiB", "1 GiB", "1 TiB", "1 PiB"])
-    bytes_ax.set_ylabel("memory")
+    bytes_ax.legend(fontsize=8, loc="upper left")
+    bytes_ax.set_yticks([1024.0 ** k for k in range(1, 6)],
+                        ["1 KiB", "1 MiB", "1 GiB", "1 TiB", "1 PiB"])
+    if backward:
+        memory_ax.set_yticks([2.0 ** k for k in range(24, 36, 2)],
+                             ["16 MiB", "64 MiB", "256 MiB", "1 GiB", "4 GiB", "16 GiB"])
     fig.suptitle(f"The quadratic bill: memory source: {measured['source']}, on "
                  f"{measured['machine']}", fontsize=10)
     return fig
@@ -286,7 +315,8 @@ def _save(fig: Figure, path: storage.Path, dpi: int = 100) -> storage.Path:
 
 def write_model_pictures(out: str | os.PathLike, model_config: TransformerConfig,
                          measured_file: str | os.PathLike | None = None) -> list[storage.Path]:
-    """Positional encodings (the model's d_model, 100 positions) and the quadratic bill."""
+    """Positional encodings (the model's d_model, 100 positions), rotary positions' similarity
+    (its d_k, when even), local + global attention's mask and the quadratic bill."""
     out = storage.path(out)
     out.mkdir(parents=True, exist_ok=True)
     positions = min(100, model_config.max_len)
@@ -294,6 +324,11 @@ def write_model_pictures(out: str | os.PathLike, model_config: TransformerConfig
                    out / "positional_encoding.png"),
              _save(plot_position_similarity(positions, model_config.d_model),
                    out / "position_similarity.png")]
+    if model_config.d_k % 2 == 0:
+        paths.append(_save(kernel_pictures.plot_rotary_similarity(
+            positions, model_config.d_k, kernel_pictures.EXAMPLE_SCALE),
+            out / "rotary_similarity.png"))
+    paths.append(_save(kernel_pictures.plot_sparse_mask(model_config), out / "sparse_mask.png"))
     bill = attention_cost.quadratic_bill()
     measured = attention_cost.measured_memory(measured_file)
     paths.append(_save(plot_quadratic_bill(bill, measured), out / "quadratic_bill.png"))

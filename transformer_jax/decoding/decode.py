@@ -54,6 +54,7 @@ class DecodeConfig:
     top_p: float = _DECODE.top_p
     seed: int = _DECODE.seed
     batch_size: int = _DECODE.batch_size
+    position_scale: float = _DECODE.position_scale
 
     @classmethod
     def from_config(cls, decode_config: Any) -> DecodeConfig:
@@ -415,9 +416,13 @@ def generate(params: Any, inputs: Array, max_lengths: Array, key: Array, *,
       use_cache: False recomputes the decoder prefix at every step (for benchmarks).
       cache_phase: the cached decoder runs in :class:`Phases` whose cache lengths start
         at this and double up to ``max_len``; 0 keeps a ``max_len`` cache throughout.
+    ``decoding.position_scale`` multiplies the model's positions (position interpolation).
+
     Returns:
       [b, max_len] output ids: tokens, EOS, then padding.
     """
+    if decoding.position_scale != config.position_scale:
+        config = config.replace(position_scale=decoding.position_scale)
     encoded, src_segments = encode(params, config, inputs)
     beams = decoding.beam_size if decoding.strategy == "beam" else 1
     if use_cache:

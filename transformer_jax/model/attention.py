@@ -28,7 +28,9 @@ def attend(
     causal: bool = False,
     q_offset: jax.Array | int = 0,
     window: int | None = None,
+    global_tokens: int = 0,
     block_size: int = 256,
+    random_features: int = 256,
     dropout_rate: float = 0.0,
     dropout_rng: jax.Array | None = None,
     dropout_impl: str = "hash",
@@ -43,13 +45,16 @@ def attend(
     * ``window`` is r for a kernel with the ``window`` trait (local). Without one
       (cross-attention: the keys are not positions of the queries, so no neighbourhood
       exists) its ``without_window`` kernel runs ("local": "blockwise", which also holds no
-      q x k matrix).
+      q x k matrix). ``global_tokens`` g goes with it to a kernel with the
+      ``global_tokens`` trait (local_global): the first g positions of every segment are
+      global.
     * Asked for the weights (``return_weights``), a kernel that has none hands over to the
-      dense kernel, once logged, with its band mask where it has one: the same outputs, plus
-      the weights.
+      dense kernel, once logged, with its band and global mask where it has one: the same
+      outputs, plus the weights.
     * Dropout on the weights (``dropout_rate`` > 0 with a ``dropout_rng``: training) is
       refused by a kernel that does not support it.
-    * ``block_size`` is the blockwise kernel's tile.
+    * ``block_size`` is the blockwise kernel's tile, ``random_features`` the performer
+      kernel's number of features.
 
     An unknown ``kernel`` raises ConfigError naming the known ones.
     """
@@ -57,6 +62,7 @@ def attend(
     if chosen.traits.window and window is None:
         chosen = kernels.get(chosen.traits.without_window)
     band = window if chosen.traits.window else None
+    globals_ = global_tokens if band is not None and chosen.traits.global_tokens else 0
     if return_weights and not chosen.traits.returns_weights:
         log_once(f"attention weights asked for: the {chosen.name!r} kernel has none, so the "
                  "dense kernel computes them (same outputs)")
@@ -66,6 +72,7 @@ def attend(
                          f"supports it ({', '.join(kernels.having('supports_dropout'))}); the "
                          f"{chosen.name!r} kernel has none")
     return chosen.run(q, k, v, q_segment_ids, kv_segment_ids, causal=causal, q_offset=q_offset,
-                      window=band, block_size=block_size, dropout_rate=dropout_rate,
+                      window=band, global_tokens=globals_, block_size=block_size,
+                      random_features=random_features, dropout_rate=dropout_rate,
                       dropout_rng=dropout_rng, dropout_impl=dropout_impl,
                       return_weights=return_weights)

@@ -13,11 +13,19 @@ bits whose output bits each flip with probability close to 1/2 when any input bi
 It is a few integer ops per element, fuses into its consumer, and is elementwise in the
 index, so a mask sharded over devices is the same as the one made on one device.
 ``impl="jax"`` keeps flax's ``nn.Dropout`` mask (jax.random.bernoulli) for comparison.
+
+A step run by ``pmap`` sees one device's block of the batch's rows as an array of its own.
+Inside :func:`rows_block` its masks are that block of the whole batch's masks (the hash
+offsets the element index; ``"jax"`` draws the whole mask and slices it), so pmap drops the
+elements jit over a mesh drops for the same rows: the two paths train alike with dropout on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
+from collections.abc import Iterator
 
 import flax.linen as nn
 import jax
@@ -48,18 +56,44 @@ def _element_index(shape: tuple[int, ...]) -> jax.Array:
     return index
 
 
+# (block index, block count) of the rows a step sees, while rows_block is entered.
+_ROWS_BLOCK: contextvars.ContextVar[tuple[jax.Array | int, int]] = contextvars.ContextVar(
+    "dropout_rows_block", default=(0, 1))
+
+
+@contextlib.contextmanager
+def rows_block(index: jax.Array | int, count: int) -> Iterator[None]:
+    """While entered (around tracing a step), every mask is block ``index`` of ``count``
+    equal blocks, along its leading axis, of the mask of an array ``count`` times as long:
+    the masks of a device that holds rows [index * n, (index + 1) * n) of the batch.
+    ``index`` may be a tracer (``lax.axis_index`` inside ``pmap``)."""
+    token = _ROWS_BLOCK.set((index, count))
+    try:
+        yield
+    finally:
+        _ROWS_BLOCK.reset(token)
+
+
 def keep_mask(key: jax.Array, shape: tuple[int, ...], rate: float,
               impl: str = "hash") -> jax.Array:
-    """Boolean mask, True with probability 1 - ``rate`` (to within 2^-32 for "hash")."""
+    """Boolean mask, True with probability 1 - ``rate`` (to within 2^-32 for "hash"); inside
+    :func:`rows_block`, its block of the whole batch's mask."""
+    block, blocks = _ROWS_BLOCK.get()
     if impl == "jax":
-        return jax.random.bernoulli(key, 1.0 - rate, shape)
+        if blocks == 1:
+            return jax.random.bernoulli(key, 1.0 - rate, shape)
+        whole = jax.random.bernoulli(key, 1.0 - rate, (shape[0] * blocks, *shape[1:]))
+        return jax.lax.dynamic_slice_in_dim(whole, block * shape[0], shape[0], axis=0)
     if impl != "hash":
         raise ValueError(f"dropout impl {impl!r} is not one of {IMPLEMENTATIONS}")
-    if math.prod(shape) > 2 ** 32:
+    if math.prod(shape) * blocks > 2 ** 32:
         raise ValueError(f"hash dropout indexes elements with 32 bits; shape {shape} has "
-                         f"{math.prod(shape)} elements")
+                         f"{math.prod(shape) * blocks} elements over {blocks} device(s)")
     seeds = jax.random.bits(key, (2,), jnp.uint32)
-    bits = _mix(_mix(_element_index(shape) ^ seeds[0]) + seeds[1])
+    index = _element_index(shape)
+    if blocks > 1:  # row-major: the block's first element is block * size in the whole
+        index = index + jnp.asarray(block, jnp.uint32) * jnp.uint32(math.prod(shape))
+    bits = _mix(_mix(index ^ seeds[0]) + seeds[1])
     threshold = min(round(rate * 2 ** 32), 2 ** 32 - 1)
     return bits >= jnp.uint32(threshold)
 

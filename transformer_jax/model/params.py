@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from transformer_jax.model import positions
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import Transformer
 
@@ -55,7 +56,7 @@ def embedding_params(model_config: TransformerConfig) -> int:
     """Parameters used only as lookups (not as matmuls)."""
     table = model_config.vocab_size * model_config.d_model
     lookups = 0 if model_config.share_embeddings else 2 * table  # source + target tables
-    if model_config.positions == "learned":
+    if positions.get(model_config.positions).traits.learned:
         lookups += 2 * model_config.max_len * model_config.d_model
     return lookups
 

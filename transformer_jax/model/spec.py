@@ -33,6 +33,14 @@ class TransformerConfig:
     attention: str = "dense"
     block_size: int = 256  # the blockwise kernel's tile; of 128, 256, 512 the fastest on CPU
     local_window: int = 128  # r: a query sees keys at most r positions away (causal: r before)
+    # local_global: the first g positions of every sentence see and are seen by every position.
+    # 2: BigBird's two global blocks (its ITC pattern), at one token a block; with the window,
+    # any two positions are two hops apart through either, and two keep a sentence's start
+    # (in the decoder, the start symbol and the first word) in every query's view.
+    global_tokens: int = 2
+    # performer: random features m per head. 256 = 4 d_k of the base model: Performer's
+    # experiments use m = 256 for d_k = 64, within its m = O(d log d) rule.
+    random_features: int = 256
     dropout_rate: float = 0.1  # P_drop: sub-layer outputs and embedding + position sums
     # The paper names no dropout on attention weights; tensor2tensor added it later.
     attention_dropout_rate: float = 0.0
@@ -40,13 +48,18 @@ class TransformerConfig:
     # (jax.random.bernoulli, flax's nn.Dropout). See model/dropout.py.
     dropout_impl: str = "hash"
     share_embeddings: bool = True  # source, target and pre-softmax share one matrix
-    positions: str = "sinusoidal"  # or "learned" (Table 3 row E)
+    # A module of model/positions/ (positions.names()): "sinusoidal" is the paper's, "learned"
+    # Table 3 row E, "rotary" RoPE.
+    positions: str = "sinusoidal"
     norm: str = "post"  # the paper's LayerNorm(x + Sublayer(x)); "pre": LayerNorm first
     max_len: int = 512  # positions table size; longest sequence the model accepts
     dtype: Any = np.dtype("float32")  # compute dtype; parameters are always float32
     remat: bool = False  # recompute each layer's activations in the backward pass
     deterministic: bool = False  # True for evaluation: no dropout
     decode: bool = False  # True for incremental decoding with a key/value cache
+    # Positions are multiplied by this (schemes with the ``interpolates`` trait): position
+    # interpolation, set from decode.position_scale when translating; 1 in training.
+    position_scale: float = 1.0
 
     @property
     def kv_heads(self) -> int:
@@ -64,7 +77,8 @@ class TransformerConfig:
         d_k, d_v = head_dims(m.d_model, m.num_heads, m.d_k, m.d_v)
         # Settings added after a run started are absent from its saved config: the defaults.
         later = {k: m.get(k, getattr(cls, k)) for k in ("num_kv_heads", "attention", "block_size",
-                                                 "local_window", "dropout_impl", "remat")}
+                                                 "local_window", "dropout_impl", "remat",
+                                                 "global_tokens", "random_features")}
         return cls(
             vocab_size=vocab_size, num_layers=m.num_layers, d_model=m.d_model, d_ff=m.d_ff,
             num_heads=m.num_heads, d_k=d_k, d_v=d_v, dropout_rate=m.dropout_rate,

@@ -1,6 +1,6 @@
 """The Transformer of "Attention Is All You Need", in the order of the paper's Figure 1.
 
-Embeddings (scaled by sqrt(d_model)) + sinusoidal positions -> encoder stack of N layers
+Embeddings (scaled by sqrt(d_model)) + positions -> encoder stack of N layers
 [self-attention, feed-forward] -> decoder stack of N layers [masked self-attention,
 cross-attention, feed-forward] -> linear (sharing the embedding matrix) -> softmax.
 Each sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))) (post-LN, the paper's), or
@@ -23,9 +23,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax.model import attention
+from transformer_jax.model import attention, kernels, positions as position_schemes
 from transformer_jax.model.dropout import Dropout
+from transformer_jax.model.positions.sinusoidal import sinusoidal_positions
 from transformer_jax.model.spec import TransformerConfig
+
+__all__ = ["Transformer", "TransformerConfig", "shift_right", "segments_of",
+           "sinusoidal_positions"]
 
 Array = jax.Array
 # LayerNorm's epsilon: the paper gives none; 1e-6 is tensor2tensor's (and flax's default).
@@ -36,23 +40,9 @@ LAYER_NORM_EPSILON = 1e-6
 # Embeddings and positions
 
 
-def sinusoidal_positions(max_len: int, d_model: int) -> np.ndarray:
-    """PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)).
-
-    Returns a [max_len, d_model] float32 table with sines and cosines interleaved, as in the
-    paper's formula.
-    """
-    pos = np.arange(max_len, dtype=np.float64)[:, None]
-    two_i = np.arange(0, d_model, 2, dtype=np.float64)[None, :]
-    angle = pos / np.power(10000.0, two_i / d_model)
-    pe = np.zeros((max_len, d_model), dtype=np.float64)
-    pe[:, 0::2] = np.sin(angle)
-    pe[:, 1::2] = np.cos(angle[:, : d_model // 2])
-    return pe.astype(np.float32)
-
-
 class Embed(nn.Module):
-    """Token embedding times sqrt(d_model), plus positions, then dropout.
+    """Token embedding times sqrt(d_model), plus positions (a scheme with the ``added``
+    trait: sinusoidal, learned), then dropout.
 
     In decode mode positions come from a step counter kept in the ``cache`` collection.
     """
@@ -73,12 +63,9 @@ class Embed(nn.Module):
                 index.value = index.value + 1
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-        if cfg.positions == "learned":
-            table = self.param("position_embedding", nn.initializers.normal(0.02),
-                               (cfg.max_len, cfg.d_model))
-        else:
-            table = jnp.asarray(sinusoidal_positions(cfg.max_len, cfg.d_model))
-        x = x + jnp.take(table, positions, axis=0).astype(cfg.dtype)
+        scheme = position_schemes.get(cfg.positions)
+        if scheme.traits.added:
+            x = x + scheme.module.embedding(self, positions, cfg).astype(cfg.dtype)
         return Dropout(cfg.dropout_rate, cfg.dropout_impl)(x, deterministic=cfg.deterministic)
 
 
@@ -186,20 +173,34 @@ class MultiHeadAttention(nn.Module):
                 sentences, h, beams * q_len, d_k)
             segment_ids = segment_ids.reshape(sentences, -1)
 
-        q_offset = 0
-        if cfg.decode and self.kind == "causal":
-            k, v, q_offset, kv_segment_ids = self._update_cache(k, v, segment_ids)
-        dropout_rng = None
-        if not cfg.deterministic and cfg.attention_dropout_rate > 0:
-            dropout_rng = self.make_rng("dropout")
-        # A windowed kernel (local) restricts self-attention only: cross-attention has no
-        # window; the other kernels ignore it.
-        out, weights = attention.attend(
-            cfg.attention, q, k, v, segment_ids, kv_segment_ids, causal=self.kind == "causal",
-            q_offset=q_offset, window=None if self.kind == "cross" else cfg.local_window,
-            block_size=cfg.block_size, dropout_rate=cfg.attention_dropout_rate,
-            dropout_rng=dropout_rng, dropout_impl=cfg.dropout_impl,
-            return_weights=self.is_mutable_collection("intermediates"))
+        caching = cfg.decode and self.kind == "causal"
+        q_offset = self._cache_index() if caching else 0
+        scheme = position_schemes.get(cfg.positions)
+        if scheme.traits.rotates and self.kind != "cross":
+            # Queries and keys turned by their positions in the row (packed rows: relative
+            # scores within a sentence are the same), keys before they are cached.
+            where = jnp.arange(q_len) + q_offset
+            q = scheme.module.rotate(q, where, cfg.position_scale)
+            k = scheme.module.rotate(k, where, cfg.position_scale)
+        kernel = kernels.get(cfg.attention)
+        if caching and kernel.traits.recurrent and self.has_variable("cache", "cache_index"):
+            out, weights = self._recurrent_step(kernel, q, k, v), None
+        else:
+            if caching:
+                k, v, q_offset, kv_segment_ids = self._update_cache(k, v, segment_ids, kernel)
+            dropout_rng = None
+            if not cfg.deterministic and cfg.attention_dropout_rate > 0:
+                dropout_rng = self.make_rng("dropout")
+            # A windowed kernel (local) restricts self-attention only: cross-attention has no
+            # window; the other kernels ignore it.
+            out, weights = attention.attend(
+                cfg.attention, q, k, v, segment_ids, kv_segment_ids,
+                causal=self.kind == "causal", q_offset=q_offset,
+                window=None if self.kind == "cross" else cfg.local_window,
+                global_tokens=cfg.global_tokens, block_size=cfg.block_size,
+                random_features=cfg.random_features, dropout_rate=cfg.attention_dropout_rate,
+                dropout_rng=dropout_rng, dropout_impl=cfg.dropout_impl,
+                return_weights=self.is_mutable_collection("intermediates"))
         if folded:  # back to the rows of x: [b, h, q, ...]
             unfold = lambda y: y.reshape(sentences, h, beams, q_len, -1).swapaxes(  # noqa: E731
                 1, 2).reshape(b, h, q_len, -1)
@@ -232,13 +233,35 @@ class MultiHeadAttention(nn.Module):
         self.put_variable("cache", "cross_value", v)
         return k, v
 
-    def _update_cache(self, k: Array, v: Array,
-                      segment_ids: Array) -> tuple[Array, Array, Array | int, Array]:
-        """Writes this step's keys/values at the cache index; returns the full cache."""
+    def _cache_index(self) -> Array | int:
+        """The position of this step's first query (0 in the priming call)."""
+        if not self.has_variable("cache", "cache_index"):
+            return 0
+        return self.get_variable("cache", "cache_index")
+
+    def _recurrent_step(self, kernel: kernels.Kernel, q: Array, k: Array, v: Array) -> Array:
+        """A decoding step of a recurrent kernel (linear attention): its state of fixed size
+        takes this token's key and value and answers its query; no keys are kept."""
+        state = self.variable("cache", "kernel_state")
+        index = self.variable("cache", "cache_index")
+        out, state.value = kernel.module.step(state.value, q, k, v,
+                                              random_features=self.config.random_features)
+        index.value = index.value + q.shape[2]
+        return out
+
+    def _update_cache(self, k: Array, v: Array, segment_ids: Array, kernel: kernels.Kernel
+                      ) -> tuple[Array, Array, Array | int, Array]:
+        """Writes this step's keys/values at the cache index; returns the full cache. The
+        priming call only allocates it: the keys and values of every position, or a
+        recurrent kernel's state."""
+        index = self.variable("cache", "cache_index", lambda: jnp.zeros((), jnp.int32))
+        if kernel.traits.recurrent:
+            self.variable("cache", "kernel_state", kernel.module.init_state, k, v,
+                          random_features=self.config.random_features)
+            return k, v, 0, segment_ids
         is_initialized = self.has_variable("cache", "cached_key")
         cached_k = self.variable("cache", "cached_key", jnp.zeros, k.shape, k.dtype)
         cached_v = self.variable("cache", "cached_value", jnp.zeros, v.shape, v.dtype)
-        index = self.variable("cache", "cache_index", lambda: jnp.zeros((), jnp.int32))
         if not is_initialized:  # the priming call only allocates the cache
             return k, v, 0, segment_ids
         i = index.value

@@ -15,7 +15,13 @@ kernel written elsewhere is one file there. A kernel module defines:
   takes the keywords it uses and ignores the others (``**_``); ``attend`` hands it only what
   its traits say it can do;
 * optionally ``unavailable()``: why its own implementation cannot run on this machine (the
-  stand-in that runs instead, if any, is the module's business), or None.
+  stand-in that runs instead, if any, is the module's business), or None;
+* with the ``recurrent`` trait, ``init_state(k, v, **options)`` and
+  ``step(state, q, k, v, **options) -> (outputs, state)``: cached decoding from a state of
+  fixed size instead of the keys and values of every earlier position;
+* optionally ``reference(q, k, v, q_segment_ids, kv_segment_ids, *, causal, **options)``:
+  what an approximate kernel computes, written out the slow way (the accelerator check
+  compares the kernel with it on the device at hand).
 
 Modules whose names start with "_" are not kernels. The masks every kernel builds are in
 ``model/masks.py``.
@@ -63,6 +69,12 @@ class Traits:
     # the kernel ``without_window`` runs instead.
     window: bool = False
     without_window: str = DENSE
+    # With the window, the first model.global_tokens positions of every sentence are global:
+    # they see and are seen by every position (``run``'s ``global_tokens``).
+    global_tokens: bool = False
+    # Cached decoding keeps a state of fixed size (``init_state``, ``step``) instead of every
+    # earlier key and value: a decoded token costs the same at any length.
+    recurrent: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +85,7 @@ class Kernel:
     traits: Traits
     run: Callable[..., tuple[Any, Any]]
     unavailable: Callable[[], str | None]
+    module: Any = None
 
 
 def names() -> tuple[str, ...]:
@@ -91,7 +104,11 @@ def get(name: str) -> Kernel:
     if not isinstance(traits, Traits) or not callable(run):
         raise ConfigError(f"{FIELD}={name!r}: {module.__file__} must define TRAITS (a "
                           f"{__name__}.Traits) and a function run")
-    return Kernel(name, traits, run, getattr(module, "unavailable", _available))
+    if traits.recurrent and not all(callable(getattr(module, f, None))
+                                    for f in ("init_state", "step")):
+        raise ConfigError(f"{FIELD}={name!r}: {module.__file__} is recurrent and must define "
+                          "init_state and step")
+    return Kernel(name, traits, run, getattr(module, "unavailable", _available), module)
 
 
 def having(trait: str) -> tuple[str, ...]:

@@ -15,11 +15,13 @@ TRAITS = Traits(exact=True, returns_weights=True, supports_dropout=True, segment
 
 
 def run(q, k, v, q_segment_ids, kv_segment_ids, *, causal=False, q_offset=0, window=None,
-        dropout_rate=0.0, dropout_rng=None, dropout_impl="hash", return_weights=False, **_):
-    """The registry's call (``kernels`` module docstring); ``window``: another kernel's band
-    (the local kernel's, when its weights are asked for)."""
+        global_tokens=0, dropout_rate=0.0, dropout_rng=None, dropout_impl="hash",
+        return_weights=False, **_):
+    """The registry's call (``kernels`` module docstring); ``window`` and ``global_tokens``:
+    another kernel's mask (the local and local_global kernels', when their weights are asked
+    for)."""
     mask = make_mask(q_segment_ids, kv_segment_ids, causal=causal, q_offset=q_offset,
-                     window=window)
+                     window=window, global_tokens=global_tokens)
     return dot_product_attention(q, k, v, mask, dropout_rate=dropout_rate,
                                  dropout_rng=dropout_rng, dropout_impl=dropout_impl,
                                  return_weights=return_weights)
