@@ -48,12 +48,14 @@ if str(ROOT) not in sys.path:  # run as a script, configs/ is not importable oth
 from configs import demo as demo_config  # noqa: E402
 from transformer_jax import config as config_lib  # noqa: E402
 from transformer_jax.data import (  # noqa: E402
+    batching,
     corpus,
+    order,
     packing,
     pipeline,
     sources,
-    token_cache,
     tokenizer as tokenizer_lib,
+    tokens,
 )
 from transformer_jax.io import workdirs  # noqa: E402
 from transformer_jax.model import params  # noqa: E402
@@ -75,17 +77,17 @@ def pairs_in(batch: dict[str, np.ndarray]) -> int:
 def measure_pipeline(config, workdir: Path, seconds: float) -> dict[str, float]:
     """Tokens/s of the config's training pipeline in its steady state.
 
-    Reading threads work ahead by up to ``pipeline.PREFETCH_CHUNKS`` chunks, so twice that
+    Reading threads work ahead by up to ``batching.PREFETCH_CHUNKS`` chunks, so twice that
     many chunks' pairs are taken first (the read-ahead drained: from then on the trainer,
     being faster, waits on every chunk) before ``seconds`` of timed batches. The CPU time of
     the whole process over the timed batches gives the rate per reading core.
     """
     start = time.perf_counter()
-    _, data, rows, _, _ = pipeline.data_for(config, workdir, num_devices=1, process_index=0,
+    _, data, rows, _, _, *_ = pipeline.data_for(config, workdir, num_devices=1, process_index=0,
                                             process_count=1)
     setup = time.perf_counter() - start
     warm = 0
-    while warm < 2 * pipeline.PREFETCH_CHUNKS * pipeline.CHUNK_PAIRS:
+    while warm < 2 * batching.PREFETCH_CHUNKS * batching.CHUNK_PAIRS:
         warm += pairs_in(next(data.iterator))
     target = source = batches = 0
     padding = []
@@ -118,14 +120,15 @@ def stage_costs(config, workdir: Path, pairs: int = 4096) -> dict[str, float]:
     order, reading text and tokenizing it, or reading ids from the token cache, packing."""
     source = sources.get_source(config.data, "train")
     tok = tokenizer_lib.Tokenizer(tokenizer_lib.vocab_path(workdir))
-    cached = pipeline.split_ids(config, workdir, "train", tok, source)
-    fly = token_cache.TokenizedPairs(source, tok)
+    cached = pipeline.split_ids(pipeline.DataSpec.from_config(config), workdir, "train", tok,
+                                source)
+    fly = tokens.TokenizedPairs(source, tok)
     t0 = time.perf_counter()
-    indices = pipeline.Chunks(pipeline.epoch_order(len(source), 0), pairs, endless=True)[3]
+    indices = order.Chunks(order.epoch_order(len(source), 0), pairs, endless=True)[3]
     t1 = time.perf_counter()
-    read = token_cache.read_pairs(source, indices)
+    read = tokens.read_pairs(source, indices)
     t2 = time.perf_counter()
-    token_cache.encode_pairs(tok, read)
+    tokens.encode_pairs(tok, read)
     t3 = time.perf_counter()
     inputs, targets = cached.read_ids(indices)
     t4 = time.perf_counter()
@@ -243,9 +246,9 @@ def run(tmp: Path, args: argparse.Namespace) -> None:
     print("train step consumption (target tokens per second)")
     print(f"  demo, measured on this machine   {demo_train['target_tokens_per_s']:>10,.0f}")
     print(f"  base, paper (8 P100, 0.4 s/step) {PAPER_BASE_TARGET_TOKENS_PER_S:>10,.0f}")
-    for v, (tokens, flops) in consumption.items():
+    for v, (per_s, flops) in consumption.items():
         print(f"  {v}, one {ACCELERATOR} at {TARGET_MFU:.0%} MFU ({flops / 1e6:.0f} MFLOP per "
-              f"target token): {tokens:,.0f}: {cores[v]:.2f} reading cores from the token "
+              f"target token): {per_s:,.0f}: {cores[v]:.2f} reading cores from the token "
               f"cache, {cores_fly[v]:.1f} on the fly")
     print(f"pipeline / demo train step: {ratio:.1f}x (need >= {REQUIRED_RATIO:.0f}x); token "
           f"cache at the base shape: {per_core:,.0f} target tokens per CPU-second (need >= "

@@ -66,6 +66,7 @@ DATASET = Dataset(tfds_name="toy_pairs",
 '''
 
 
+@pytest.mark.slow
 def test_a_new_tfds_dataset_is_one_module_and_trains_from_the_command_line(tmp_path):
     tfds_dir = tmp_path / "tfds"
     ToyPairs(data_dir=str(tfds_dir), file_format="array_record").download_and_prepare()
@@ -140,7 +141,7 @@ def test_a_dataset_registered_in_process_is_known_everywhere(tmp_path):
 
 
 def test_an_unknown_dataset_is_one_line_naming_the_known_ones():
-    known = "builtin, text, wmt14_ende, wmt14_enfr"
+    known = "builtin, builtin_long, text, wmt14_ende, wmt14_enfr"
     with pytest.raises(ConfigError, match=f"^data.name='wmt19' is not one of {known}$"):
         datasets.get("wmt19")
     c = config_lib.build("base")
@@ -178,15 +179,17 @@ def test_a_dataset_module_without_its_entry_is_named(tmp_path, monkeypatch):
 
 
 def test_every_dataset_is_read_by_a_reader_and_named_where_tables_name_datasets():
-    assert list(datasets.DATASETS) == ["builtin", "text", "wmt14_ende", "wmt14_enfr"]
+    assert list(datasets.DATASETS) == ["builtin", "builtin_long", "text", "wmt14_ende",
+                                       "wmt14_enfr"]
     for name, dataset in datasets.DATASETS.items():
         assert dataset.source in sources.READERS, name
         assert tuple(dataset.splits) == datasets.SPLITS, name
         assert bool(dataset.tfds_name) == (dataset.source != "text"), name
     # The built-in corpus's entry names the builder that generates it.
     assert datasets.get("builtin").tfds_name == sources.BuiltinCorpus.name
-    # Rows sized to the data: the short sentences of the built-in corpus and of text files.
-    assert [n for n, d in datasets.DATASETS.items() if d.rows_from_data] == ["builtin", "text"]
+    # Rows sized to the data: the short sentences of the built-in corpora and of text files.
+    assert [n for n, d in datasets.DATASETS.items() if d.rows_from_data] == [
+        "builtin", "builtin_long", "text"]
     # Tables keyed by dataset name name known datasets.
     for variant in config_lib.VARIANTS.values():
         assert set(variant.datasets) <= set(datasets.DATASETS)

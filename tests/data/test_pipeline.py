@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-from transformer_jax.data import corpus, pipeline, tokenizer as tokenizer_lib
+from transformer_jax.data import batching, corpus, pipeline, tokenizer as tokenizer_lib
 
 from ..helpers import tiny_config
 from .test_packing import unpack
@@ -43,30 +43,30 @@ def assert_same(a, b):
                                            (6, 2), (16, 1)])
 def test_a_step_holds_about_25000_tokens_per_side_whatever_the_devices(devices, accum):
     # The paper's batches: ~25,000 source and ~25,000 target tokens, here rows of 256 slots.
-    shape = pipeline.batch_shape(25_000, 256, grad_accum_steps=accum, num_devices=devices)
+    shape = batching.batch_shape(25_000, 256, grad_accum_steps=accum, num_devices=devices)
     assert shape.rows % devices == 0  # whole rows for every device
     assert shape.slots_per_step == shape.rows * 256 * accum
     assert abs(shape.slots_per_step - 25_000) / 25_000 < 0.1
 
 
 def test_gradient_accumulation_splits_the_same_step_into_micro_batches():
-    one = pipeline.batch_shape(25_000, 256, grad_accum_steps=1, num_devices=8)
-    four = pipeline.batch_shape(25_000, 256, grad_accum_steps=4, num_devices=2)
+    one = batching.batch_shape(25_000, 256, grad_accum_steps=1, num_devices=8)
+    four = batching.batch_shape(25_000, 256, grad_accum_steps=4, num_devices=2)
     assert (one.rows, four.rows) == (96, 24)  # 96 x 256 = 24,576 slots either way
     assert one.slots_per_step == four.slots_per_step == 24_576
 
 
 def test_processes_share_the_rows_of_a_batch():
-    shape = pipeline.batch_shape(25_000, 256, num_devices=8, process_count=4)
+    shape = batching.batch_shape(25_000, 256, num_devices=8, process_count=4)
     assert shape.rows % 32 == 0 and shape.local_rows * 4 == shape.rows
 
 
 def test_packing_keeps_padding_low(tok):
-    packed = pipeline.train_data(PAIRS, tok, max_len=MAX_LEN, rows=16, seed=0, chunk_pairs=512)
-    unpacked = pipeline.train_data(PAIRS, tok, max_len=MAX_LEN, rows=16, seed=0, packing=False,
+    packed = batching.train_data(PAIRS, tok, max_len=MAX_LEN, rows=16, seed=0, chunk_pairs=512)
+    unpacked = batching.train_data(PAIRS, tok, max_len=MAX_LEN, rows=16, seed=0, packing=False,
                                    chunk_pairs=256)
-    pad_packed = np.mean([pipeline.padding_fraction(b) for b in batches(packed, 20)])
-    pad_unpacked = np.mean([pipeline.padding_fraction(b) for b in batches(unpacked, 20)])
+    pad_packed = np.mean([batching.padding_fraction(b) for b in batches(packed, 20)])
+    pad_unpacked = np.mean([batching.padding_fraction(b) for b in batches(unpacked, 20)])
     assert pad_packed < 0.1 < 0.4 < pad_unpacked
     batch = next(packed.iterator)
     assert {k: v.shape for k, v in batch.items()} == {
@@ -83,7 +83,7 @@ def test_packing_keeps_padding_low(tok):
 
 def test_the_order_follows_the_seed(tok):
     def first(seed):
-        return batches(pipeline.train_data(PAIRS, tok, max_len=MAX_LEN, rows=8, seed=seed,
+        return batches(batching.train_data(PAIRS, tok, max_len=MAX_LEN, rows=8, seed=seed,
                                            chunk_pairs=256), 2)
 
     assert_same(first(0), first(0))
@@ -95,7 +95,7 @@ def test_a_restored_iterator_continues_exactly(tok):
     # Take 3 batches, save the position, take 4 more; a fresh pipeline restored to the saved
     # position gives the same 4. Small chunks make the run cross chunk and epoch boundaries.
     def fresh():
-        return pipeline.train_data(PAIRS[:500], tok, max_len=MAX_LEN, rows=8, seed=3,
+        return batching.train_data(PAIRS[:500], tok, max_len=MAX_LEN, rows=8, seed=3,
                                    chunk_pairs=64)
 
     data = fresh()
@@ -107,32 +107,11 @@ def test_a_restored_iterator_continues_exactly(tok):
     assert_same(batches(restored, 40), expected)
 
 
-def test_each_epoch_is_a_new_permutation():
-    order = pipeline.epoch_order(100, seed=0).repeat(None)
-    first = [order[i] for i in range(100)]
-    second = [order[i] for i in range(100, 200)]
-    assert sorted(first) == sorted(second) == list(range(100))
-    assert first != second
-
-
-@pytest.mark.parametrize("count", [2, 3])
-def test_processes_read_disjoint_shards_that_make_the_whole_split(count):
-    for epoch in range(2):
-        seen = []
-        for index in range(count):
-            order = pipeline.epoch_order(1001, seed=7, process_index=index,
-                                         process_count=count).repeat(None)
-            n = len(pipeline.epoch_order(1001, 7, index, count))
-            seen.append({order[i] for i in range(epoch * n, (epoch + 1) * n)})
-        assert sum(len(s) for s in seen) == 1001
-        assert set().union(*seen) == set(range(1001))
-
-
 def test_each_process_batches_only_its_own_shard(tok):
     encoded = [(tuple(tok.encode(en)), tuple(tok.encode(de))) for en, de in PAIRS]
     shards = []
     for index in range(2):
-        data = pipeline.train_data(PAIRS, tok, max_len=MAX_LEN, rows=8, seed=0,
+        data = batching.train_data(PAIRS, tok, max_len=MAX_LEN, rows=8, seed=0,
                                    process_index=index, process_count=2, chunk_pairs=256)
         shards.append({p for b in batches(data, 5) for p in unpack(b)})
     assert shards[0] and shards[1]
@@ -144,10 +123,10 @@ def test_each_process_batches_only_its_own_shard(tok):
 
 
 def test_over_long_pairs_are_skipped_and_counted(tok, monkeypatch):
-    monkeypatch.setattr(pipeline, "READ_THREADS", 0)  # no read-ahead: counts are exact
+    monkeypatch.setattr(batching, "READ_THREADS", 0)  # no read-ahead: counts are exact
     long_pair = (" ".join(["the dog"] * 80), "der Hund")
     source = PAIRS[:100] + [long_pair] * 5
-    data = pipeline.train_data(source, tok, max_len=MAX_LEN, rows=4, seed=0, chunk_pairs=105)
+    data = batching.train_data(source, tok, max_len=MAX_LEN, rows=4, seed=0, chunk_pairs=105)
     first = next(data.iterator)
     too_long = sum(max(len(tok.encode(en)), len(tok.encode(de))) > MAX_LEN for en, de in source)
     assert too_long >= 5
@@ -158,7 +137,7 @@ def test_over_long_pairs_are_skipped_and_counted(tok, monkeypatch):
 def test_a_chunk_with_no_pair_short_enough_is_passed_over(tok):
     long_pair = (" ".join(["the dog"] * 80), "der Hund")
     source = [long_pair] * 8 + PAIRS[:8]
-    data = pipeline.train_data(source, tok, max_len=MAX_LEN, rows=2, seed=0, chunk_pairs=1)
+    data = batching.train_data(source, tok, max_len=MAX_LEN, rows=2, seed=0, chunk_pairs=1)
     encoded = {(tuple(tok.encode(en)), tuple(tok.encode(de))) for en, de in PAIRS[:8]}
     for batch in batches(data, 6):
         assert set(unpack(batch)) <= encoded
@@ -169,7 +148,7 @@ def test_evaluation_sees_every_pair_once_and_counts_truncations(tok, caplog):
     long_pair = (" ".join(["the dog"] * 80), "der Hund")
     source = PAIRS[:300] + [long_pair]
     with caplog.at_level(logging.WARNING):
-        out = list(pipeline.eval_batches(source, tok, max_len=MAX_LEN, rows=8, chunk_pairs=128))
+        out = list(batching.eval_batches(source, tok, max_len=MAX_LEN, rows=8, chunk_pairs=128))
     assert all(b["inputs"].shape == (8, MAX_LEN) for b in out)
     segments = [p for b in out for p in unpack(b)]
     assert len(segments) == 301
@@ -179,7 +158,7 @@ def test_evaluation_sees_every_pair_once_and_counts_truncations(tok, caplog):
     assert too_long >= 1
     assert (f"evaluation split: {too_long} pair(s) longer than data.max_len=64 tokens truncated "
             "for evaluation") in caplog.text
-    assert len(list(pipeline.eval_batches(source, tok, max_len=MAX_LEN, rows=8,
+    assert len(list(batching.eval_batches(source, tok, max_len=MAX_LEN, rows=8,
                                           max_batches=2))) == 2
 
 
@@ -191,7 +170,7 @@ def test_data_for_a_config(tmp_path, builtin_data_dir, caplog):
     config = tiny_config(builtin_data_dir)
     config.optim.grad_accum_steps = 2
     with caplog.at_level(logging.INFO):
-        tok, data, rows, shape, eval_rows = pipeline.data_for(
+        tok, data, rows, shape, eval_rows, *_ = pipeline.data_for(
             config, tmp_path, num_devices=2, process_index=0, process_count=1)
     # tiny_config asks for 16 rows x 32 slots per step: 8 rows per micro-batch of 2 steps.
     assert (rows, shape.slots_per_step, eval_rows) == (8, 512, 8)
@@ -199,13 +178,3 @@ def test_data_for_a_config(tmp_path, builtin_data_dir, caplog):
     batch = next(data.iterator)
     assert batch["inputs"].shape == (8, 32)
     assert (tmp_path / "vocab" / "spm.model").exists() and tok.vocab_size <= 200
-
-
-def test_an_epoch_older_than_those_kept_is_read_again_the_same():
-    # Reading threads can ask for epoch 4 after epochs 5 and 6 were drawn (a small split read
-    # ahead): it is the epoch a fresh order draws first, a permutation of the split.
-    order = pipeline.EpochOrder(10, seed=3)
-    order.positions(50, 70)  # epochs 5 and 6
-    again = order.positions(40, 50)
-    assert sorted(again.tolist()) == list(range(10))
-    assert again.tolist() == pipeline.EpochOrder(10, seed=3).positions(40, 50).tolist()

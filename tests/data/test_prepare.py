@@ -22,8 +22,10 @@ from tensorflow_datasets.core.download import downloader
 from transformer_jax.data import pipeline, prepare, sources, statmt_mirror
 from transformer_jax.errors import ConfigError, DataError
 
-pytest.importorskip("tensorflow", reason="TFDS extracts archives with TensorFlow (the "
-                    "'prepare' extra)")
+from ..needs import require
+
+# TFDS extracts the archives with TensorFlow.
+require("tensorflow", "the prepare extra, part of the test extra: pip install -e '.[test]'")
 
 ende_config = importlib.import_module("configs.wmt14_ende")
 BUILDER = tfds.builder_cls("wmt14_translate")
@@ -94,7 +96,7 @@ def test_wmt14_ende_is_prepared_by_tfds_real_builder_and_trained_on(tmp_path, ar
     assert len(train_source) == COUNTS["train"]
     assert ("The way and the river nc 14.", "Das Weg und das Fluss nc 14.") in {
         train_source[i] for i in range(len(train_source))}
-    tok, data, rows, shape, _ = pipeline.data_for(config, tmp_path / "run", num_devices=1,
+    tok, data, rows, shape, _, *_ = pipeline.data_for(config, tmp_path / "run", num_devices=1,
                                                   process_index=0, process_count=1)
     batch = next(data.iterator)
     assert batch["inputs"].shape == (rows, 32) and rows == 4

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from transformer_jax import config as config_lib
-from transformer_jax.data import corpus, pipeline, tokenizer as tokenizer_lib
+from transformer_jax.data import corpus, pipeline, rows as rows_lib, tokenizer as tokenizer_lib
 from transformer_jax.errors import DataError
 from transformer_jax.io import workdirs
 from transformer_jax.training import train
@@ -90,17 +90,17 @@ def data_for(config, workdir):
 
 def test_the_smallest_multiple_of_64_that_holds_99_9_percent():
     # 1,000 pairs: one may be left out. The second longest decides.
-    assert pipeline.row_len_holding(np.array([10] * 997 + [64, 65, 300]), 256) == 128
-    assert pipeline.row_len_holding(np.array([10] * 998 + [64, 300]), 256) == 64
-    assert pipeline.row_len_holding(np.array([10] * 998 + [129, 300]), 256) == 192
+    assert rows_lib.row_len_holding(np.array([10] * 997 + [64, 65, 300]), 256) == 128
+    assert rows_lib.row_len_holding(np.array([10] * 998 + [64, 300]), 256) == 64
+    assert rows_lib.row_len_holding(np.array([10] * 998 + [129, 300]), 256) == 192
     # 999 pairs: 0.999 x 999 = 998.001 must fit, so none may be left out.
-    assert pipeline.row_len_holding(np.array([10] * 998 + [65]), 256) == 128
+    assert rows_lib.row_len_holding(np.array([10] * 998 + [65]), 256) == 128
     # Never beyond data.max_len, even where it is no multiple of 64.
-    assert pipeline.row_len_holding(np.array([300] * 10), 256) == 256
-    assert pipeline.row_len_holding(np.array([10] * 8 + [90, 90]), 100) == 100
-    assert pipeline.row_len_holding(np.array([3, 5]), 16) == 16
+    assert rows_lib.row_len_holding(np.array([300] * 10), 256) == 256
+    assert rows_lib.row_len_holding(np.array([10] * 8 + [90, 90]), 100) == 100
+    assert rows_lib.row_len_holding(np.array([3, 5]), 16) == 16
     with pytest.raises(DataError, match="no sentence pair to size the rows by"):
-        pipeline.row_len_holding(np.array([], np.int64), 256)
+        rows_lib.row_len_holding(np.array([], np.int64), 256)
 
 
 def test_rows_are_sized_to_the_corpus_recorded_and_long_pairs_counted(made_up, tmp_path,
@@ -108,7 +108,7 @@ def test_rows_are_sized_to_the_corpus_recorded_and_long_pairs_counted(made_up, t
     train_files, medium, long_ = made_up
     c = text_config(tmp_path, train_files)
     with caplog.at_level(logging.INFO):
-        tok, data, rows, shape, eval_rows = data_for(c, tmp_path / "run")
+        tok, data, rows, shape, eval_rows, *_ = data_for(c, tmp_path / "run")
     assert [len(tok.encode(x)) for x in ("echo golf zulu", " ".join(WORDS))] == [4, 27]
     # 4,096 pairs, 4 may be left out: the 4 long ones (151-181 tokens). The longest medium
     # pair (71-101 tokens) needs 128 slots.
@@ -156,7 +156,7 @@ def test_an_explicit_row_len_is_honoured(own_corpus, tmp_path, caplog):
     train_files, medium, long_ = own_corpus
     c = text_config(tmp_path, train_files, row_len=64)
     with caplog.at_level(logging.INFO):
-        _, data, rows, shape, _ = data_for(c, tmp_path / "run")
+        _, data, rows, shape, _, *_ = data_for(c, tmp_path / "run")
     assert (shape.row_len, rows) == (64, 16)
     assert next(data.iterator)["targets"].shape == (16, 64)
     assert not (tmp_path / "run" / "vocab" / "row_len.json").exists()
@@ -170,7 +170,7 @@ def test_an_explicit_row_len_is_honoured(own_corpus, tmp_path, caplog):
 def test_row_len_at_max_len_keeps_every_pair_up_to_max_len(own_corpus, tmp_path, caplog):
     train_files, _, _ = own_corpus
     with caplog.at_level(logging.INFO):
-        _, data, rows, shape, _ = data_for(text_config(tmp_path, train_files, row_len=256),
+        _, data, rows, shape, _, *_ = data_for(text_config(tmp_path, train_files, row_len=256),
                                            tmp_path / "run")
     assert (shape.row_len, rows) == (256, 4)
     next(data.iterator)
@@ -207,6 +207,10 @@ def test_a_damaged_record_is_refused_naming_the_file(made_up, tmp_path):
             data_for(c, tmp_path / "run")
 
 
+def spec_of(config):
+    return pipeline.DataSpec.from_config(config).rows
+
+
 @pytest.fixture(scope="module")
 def builtin_pairs_and_vocab(tmp_path_factory):
     pairs = [(corpus.detokenize(en), corpus.detokenize(de)) for en, de in
@@ -224,13 +228,13 @@ def test_the_builtin_corpus_gets_rows_of_64_and_wmt_keeps_max_len(builtin_pairs_
     assert builtin.data.row_len == 0 and builtin.data.max_len == 256
     lengths = np.array([max(len(tok.encode(a)), len(tok.encode(b))) for a, b in pairs])
     assert 20 < np.quantile(lengths, 0.999) <= 64  # sentences of 4-25 words
-    assert pipeline.row_len_of(builtin, tmp_path / "builtin", pairs, tok) == 64
-    assert json.loads(pipeline.row_len_path(tmp_path / "builtin").read_text())["row_len"] == 64
+    assert rows_lib.row_len_of(spec_of(builtin), tmp_path / "builtin", pairs, tok) == 64
+    assert json.loads(rows_lib.row_len_path(tmp_path / "builtin").read_text())["row_len"] == 64
     # WMT: rows of data.max_len, nothing measured or recorded.
     wmt = config_lib.build("base", "wmt14_ende")
-    assert pipeline.row_len_of(wmt, tmp_path / "wmt", pairs, tok) == 256
+    assert rows_lib.row_len_of(spec_of(wmt), tmp_path / "wmt", pairs, tok) == 256
     wmt.data.row_len = 128
-    assert pipeline.row_len_of(wmt, tmp_path / "wmt", pairs, tok) == 128
+    assert rows_lib.row_len_of(spec_of(wmt), tmp_path / "wmt", pairs, tok) == 128
     assert not (tmp_path / "wmt").exists()
 
 
@@ -247,14 +251,14 @@ def test_a_run_trains_on_rows_sized_to_the_data_and_resumes_on_them(tmp_path,
         first = train.train_and_evaluate(config, tmp_path)
     # 512 tokens a batch: 8 rows of 64 to train on; evaluation packs 4 rows of 128.
     assert "batch 8 rows x 64 tokens on 1 device(s)" in caplog.text
-    assert json.loads(pipeline.row_len_path(tmp_path).read_text())["row_len"] == 64
+    assert json.loads(rows_lib.row_len_path(tmp_path).read_text())["row_len"] == 64
     assert 0 < first["tokens"] <= 4 * 128
     caplog.clear()
     config.train.num_steps = 8
     with caplog.at_level(logging.INFO):
         train.train_and_evaluate(config, tmp_path)
     assert "resuming from step 4" in caplog.text
-    assert f"rows of 64 slots, as recorded in {pipeline.row_len_path(tmp_path)}" in caplog.text
+    assert f"rows of 64 slots, as recorded in {rows_lib.row_len_path(tmp_path)}" in caplog.text
     assert "batch 8 rows x 64 tokens on 1 device(s)" in caplog.text
     steps = workdirs.read_metrics(tmp_path)["train"]
     assert sorted(steps) == [2, 4, 6, 8] and steps[8]["skipped_long_pairs"] == 0

@@ -3,11 +3,9 @@ bad lines are skipped and reported with their line numbers, or refused naming fi
 
 import importlib
 import logging
-import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
 
 from transformer_jax import config as config_lib
 from transformer_jax.data import corpus, pipeline, sources, text
@@ -44,14 +42,55 @@ def test_one_tsv_file(tmp_path):
     assert list(text.load_pairs(spec)) == PAIRS[:5]
 
 
-def test_only_newline_ends_a_line(tmp_path):
+def test_only_newline_ends_a_line(tmp_path, caplog):
     # A Windows line end is dropped, a byte-order mark ignored, and a form feed or Unicode
-    # line separator inside a sentence does not shift the pairing (str.splitlines would).
+    # line separator inside a sentence does not shift the pairing (str.splitlines would):
+    # each becomes a space, and the line is counted as cleaned.
     src = [b"\xef\xbb\xbfOne\r", "Two\x0cparts", "Three\u2028lines"]
     tgt = ["Eins\r", "Zwei", "Drei"]
+    with caplog.at_level(logging.WARNING):
+        pairs = text.load_pairs(two_files(tmp_path, src, tgt))
+    assert list(pairs) == [("One", "Eins"), ("Two parts", "Zwei"), ("Three lines", "Drei")]
+    assert pairs.report.cleaned == [2, 3] and pairs.report.skipped == 0
+    assert "3 pairs from 3 lines; cleaned control characters in 2 (lines 2, 3)" in caplog.text
+
+
+def test_control_characters_become_spaces_and_invisible_sentences_are_empty(tmp_path):
+    src = ["a\x1b[0mb", "\ufeffmid-file mark", "\u200b\u200e \u2060", "tab\there", "ok\x7f"]
+    tgt = ["A\x07", "B", "C", "D", "E\x85"]
     pairs = text.load_pairs(two_files(tmp_path, src, tgt))
-    assert list(pairs) == [("One", "Eins"), ("Two\x0cparts", "Zwei"),
-                           ("Three\u2028lines", "Drei")]
+    # ESC, BEL, DEL and NEL (a C1 control) become spaces; a byte-order mark past the first
+    # line is removed; a side of zero-width characters alone is empty.
+    assert list(pairs) == [("a [0mb", "A"), ("mid-file mark", "B"), ("tab here", "D"),
+                           ("ok", "E")]
+    assert pairs.report.cleaned == [1, 2, 4, 5] and pairs.report.empty == [3]
+
+
+def test_utf16_binary_and_the_same_file_twice_are_refused(tmp_path):
+    utf16 = tmp_path / "utf16.txt"
+    utf16.write_bytes("Hallo\nWelt\n".encode("utf-16"))  # with its byte-order mark
+    with pytest.raises(DataError, match=r"utf16.txt: UTF-16 text \(its byte-order mark\)"):
+        text.load_pairs(str(utf16))
+    bare = tmp_path / "bare.tsv"
+    bare.write_bytes("a\tb\n".encode("utf-16-le"))  # no mark: NUL bytes
+    with pytest.raises(DataError, match=r"bare.tsv:1: a NUL byte in the first 8,000 bytes"):
+        text.load_pairs(str(bare))
+    late = tmp_path / "late.tsv"  # a NUL far into the file is a control character, cleaned
+    late.write_bytes(b"a\tb\n" * 2000 + b"c\x00d\te\n")
+    pairs = text.load_pairs(str(late))
+    assert pairs[-1] == ("c d", "e") and pairs.report.cleaned == [2001]
+    spec = write(tmp_path / "same.txt", ["a", "b"])
+    with pytest.raises(DataError, match="the source and target are the same file"):
+        text.load_pairs(f"{spec},{tmp_path}/./same.txt")
+
+
+def test_a_named_pipe_is_refused_not_waited_on(tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "pipe.tsv")
+    with pytest.raises(DataError, match="data.train_files: .*pipe.tsv is a named pipe, not a "
+                                        "regular file"):
+        text.load_pairs(str(tmp_path / "pipe.tsv"))
 
 
 def test_empty_and_undecodable_lines_are_skipped_and_reported(tmp_path, caplog):
@@ -145,7 +184,7 @@ def test_long_pairs_are_reported_with_their_lines_before_training(tmp_path, capl
     c = text_config(tmp_path, train_files=two_files(tmp_path, src, tgt),
                     eval_files=two_files(tmp_path, src[:20], tgt[:20], stem="dev"))
     with caplog.at_level(logging.WARNING):
-        tok, data, rows, _, _ = pipeline.data_for(c, tmp_path / "run", 1, 0, 1)
+        tok, data, rows, _, _, *_ = pipeline.data_for(c, tmp_path / "run", 1, 0, 1)
     too_long = [n + 1 for n, (a, b) in enumerate(zip(src, tgt, strict=True))
                 if max(len(tok.encode(a)), len(tok.encode(b))) > 32]
     assert 101 in too_long
@@ -174,61 +213,21 @@ def test_training_on_text_files(tmp_path):
     assert len(sources.get_source(c.data, "validation")) == 40
 
 
+# A model whose checkpoints fit any disk: the free-space check before training (faults.py)
+# comes first, and a base model's 6 checkpoints need about 5 GiB.
+SMALL_MODEL = ("--config.model.num_layers=1", "--config.model.d_model=32",
+               "--config.model.d_ff=64")
+
+
 def test_the_main_command_names_the_bad_file(tmp_path):
     spec = two_files(tmp_path, ["a", "b", "c"], ["A", "B"])
     result = run_command("main", "--config=configs/text.py", f"--workdir={tmp_path / 'run'}",
-                         f"--config.data.train_files={spec}", f"--config.data.eval_files={spec}")
+                         f"--config.data.train_files={spec}", f"--config.data.eval_files={spec}",
+                         *SMALL_MODEL)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "train.de has 2 lines but" in last
     assert "line 3 of" in last
 
 
-# ----------------------------------------------------------------------------------------
-# Any bytes at all (hypothesis): no exception but DataError, and every line accounted for
-
-# Lines as users' files hold them: any text without a newline (non-Latin scripts, control
-# characters, blanks), very long lines, and bytes that are not UTF-8.
-# (Lone surrogates are left out: a str holding one has no UTF-8 form; st.binary covers bytes.)
-ANY_TEXT = st.text(st.characters(exclude_characters="\n", exclude_categories=("Cs",)),
-                   max_size=40)
-LINES = st.one_of(
-    ANY_TEXT,
-    st.sampled_from(["", " ", "\t \r", "\u3000", "Привет мир", "こんにちは世界", "مرحبا",
-                     "a\x00b\x07c\x1b[0m", "\u202eright-to-left", "\ufeffbom"]),
-    st.builds(lambda piece, n: piece * n, st.text(
-        st.characters(exclude_characters="\n", exclude_categories=("Cs",)), min_size=1,
-        max_size=3), st.integers(2000, 6000)),
-    st.binary(max_size=20).filter(lambda b: b"\n" not in b),
-)
-
-
-def _expected(line, first):
-    """What the reader keeps of one line: None if it cannot be decoded, else stripped text."""
-    raw = line if isinstance(line, bytes) else line.encode("utf-8")
-    if first:
-        raw = raw.removeprefix(b"\xef\xbb\xbf")
-    try:
-        return raw.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        return None
-
-
-@settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(LINES, LINES), min_size=1, max_size=8))
-def test_any_lines_are_read_or_refused_in_one_line_and_all_are_counted(line_pairs):
-    with tempfile.TemporaryDirectory() as directory:
-        spec = two_files(Path(directory), [s for s, _ in line_pairs], [t for _, t in line_pairs])
-        expected = [(_expected(s, i == 0), _expected(t, i == 0))
-                    for i, (s, t) in enumerate(line_pairs)]
-        kept = [(s, t) for s, t in expected if s and t]
-        try:
-            pairs = text.load_pairs(spec)
-        except DataError as e:
-            assert not kept and "\n" not in str(e) and "no usable sentence pair" in str(e)
-            return
-    report = pairs.report
-    assert report.total_lines == len(line_pairs) == report.kept + report.skipped
-    assert list(pairs) == kept
-    assert [n - 1 for n in pairs.line_numbers] == [
-        i for i, (s, t) in enumerate(expected) if s and t]
+# Any bytes at all, in any encoding, at any path: tests/fuzz/test_text_files.py.

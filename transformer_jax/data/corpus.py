@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Callable
 from typing import NamedTuple
 
 SPLITS: dict[str, int] = {"train": 100_000, "validation": 1_000, "test": 1_000}
@@ -419,13 +420,22 @@ def render_clause(c: Clause, order: str = "main") -> tuple[list[str], list[str]]
     return en, de
 
 
-def _finish(tokens: list[str], end: str) -> str:
+def finish(tokens: list[str], end: str) -> str:
+    """Tokens as a sentence: the first capitalised, ``end`` (punctuation) appended."""
     first = tokens[0]
     return " ".join([first[0].upper() + first[1:], *tokens[1:], end])
 
 
 def render_sentence(s: Sentence) -> tuple[str, str]:
     """The (english, german) strings of a sentence structure."""
+    en, de = render_tokens(s)
+    end = "?" if s.question else "."
+    return finish(en, end), finish(de, end)
+
+
+def render_tokens(s: Sentence) -> tuple[list[str], list[str]]:
+    """The English and German tokens of a sentence structure, lower case where the words
+    are (German nouns and English "I" keep their capitals), without final punctuation."""
     if s.sub is None:
         en, de = render_clause(s.main, "question" if s.question else "main")
     else:
@@ -440,8 +450,7 @@ def render_sentence(s: Sentence) -> tuple[str, str]:
             main_en, main_de = render_clause(s.main, "main")
             en = [*main_en, s.conj, *sub_en]
             de = [*main_de, ",", de_conj, *sub_de]
-    end = "?" if s.question else "."
-    return _finish(en, end), _finish(de, end)
+    return en, de
 
 
 # ---------------------------------------------------------------------------------------------
@@ -597,20 +606,30 @@ def build_corpus(seed: int = 0,
     Raises ValueError if a split cannot be filled with new distinct sentences in a bounded number
     of attempts (the grammar is too small for the sizes asked for).
     """
-    sizes = dict(SPLITS if sizes is None else sizes)
+    return draw_splits(dict(SPLITS if sizes is None else sizes), f"corpus:{seed}",
+                       lambda rng, name, drawn: generate_pair(rng))
+
+
+def draw_splits(sizes: dict[str, int], stream: str,
+                draw: Callable[[random.Random, str, int], tuple[str, str]]
+                ) -> dict[str, list[tuple[str, str]]]:
+    """``{split: [(english, german), ...]}`` of ``sizes``, each pair ``draw(rng, split,
+    pairs drawn so far)``: held-out splits first (sorted), then train, each from its own
+    stream seeded ``"{stream}:{split}"``; English sentences distinct within and across
+    splits. ValueError if a split cannot be filled in 20 x its size + 1,000 attempts."""
     if any(n < 0 for n in sizes.values()):
         raise ValueError(f"split sizes must be non-negative: {sizes}")
     order = sorted(name for name in sizes if name != "train") + ["train"] * ("train" in sizes)
     seen: set[str] = set()
-    corpus: dict[str, list[tuple[str, str]]] = {}
+    out: dict[str, list[tuple[str, str]]] = {}
     for name in order:
-        rng = random.Random(f"corpus:{seed}:{name}")
+        rng = random.Random(f"{stream}:{name}")
         pairs: list[tuple[str, str]] = []
         budget = 20 * sizes[name] + 1_000
         for _ in range(budget):
             if len(pairs) == sizes[name]:
                 break
-            en, de = generate_pair(rng)
+            en, de = draw(rng, name, len(pairs))
             if en not in seen:
                 seen.add(en)
                 pairs.append((en, de))
@@ -618,5 +637,5 @@ def build_corpus(seed: int = 0,
             raise ValueError(f"split {name!r}: only {len(pairs)} of {sizes[name]} distinct new "
                              f"sentences after {budget} attempts; the grammar cannot produce "
                              "enough distinct sentences for these sizes")
-        corpus[name] = pairs
-    return {name: corpus[name] for name in sizes}
+        out[name] = pairs
+    return {name: out[name] for name in sizes}

@@ -1,4 +1,9 @@
-"""Packing sentence pairs into fixed-length rows, several pairs to a row (numpy).
+"""Stage 4: packing sentence pairs into fixed-length rows, several pairs to a row (numpy).
+
+In: a chunk of pair indices of the epoch order (``order.py``) and the split's ids
+(``tokens.py``). Out: rows, a dict of six int32 arrays [rows, row_len] (:class:`PackChunk`),
+which ``batching.py`` cuts into batches. Training skips the pairs longer than a row, counted
+by :class:`LengthFilter`; evaluation truncates them.
 
 A packed row holds the source sides of some pairs in its ``inputs`` and their target sides,
 in the same order, in its ``targets``. Pair k of a row has segment id k (1, 2, ...) on both
@@ -20,11 +25,16 @@ is array work with no Python loop over tokens.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import threading
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from transformer_jax.data.tokens import Ids
 
 FEATURES = ("inputs", "targets")
 OPEN_ROWS = 32  # more open rows pack tighter and cost more per pair
@@ -145,3 +155,65 @@ def pack_ragged(inputs: Ragged, targets: Ragged, max_len: int, packing: bool = T
 def padding_fraction(batch: dict[str, np.ndarray], feature: str = "targets") -> float:
     """Fraction of the slots of ``feature`` in the batch that hold padding."""
     return float(np.mean(batch[feature + "_segment_ids"] == 0))
+
+
+@dataclasses.dataclass
+class LengthFilter:
+    """Counts the pairs that fit ``max_len`` tokens per side and those that do not.
+
+    Called from grain's reading threads, hence the lock. The counts include pairs read
+    ahead of the trainer and restart at 0 in a resumed run.
+    """
+
+    max_len: int
+    skipped: int = 0
+    kept: int = 0
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
+
+    def fits(self, inputs: Ragged, targets: Ragged) -> np.ndarray:
+        """Whether each pair fits; the counts go up by the pairs seen."""
+        keep = np.maximum(inputs.lengths, targets.lengths) <= self.max_len
+        kept = int(keep.sum())
+        with self._lock:
+            self.kept += kept
+            self.skipped += len(keep) - kept
+        return keep
+
+
+class PackChunk:
+    """A chunk of pair indices -> packed rows (read ids, filter or truncate, pack).
+
+    Training drops over-long pairs through ``length_filter`` and shuffles the chunk's rows
+    with a generator seeded by ``seed`` and the chunk's index (so the result depends on
+    nothing but the data and the seed); evaluation (``length_filter=None``) truncates them,
+    counting them in ``truncated``.
+    """
+
+    def __init__(self, ids: Ids, max_len: int, *, packing: bool = True,
+                 length_filter: LengthFilter | None = None, seed: int | None = None):
+        self.ids = ids
+        self.max_len = max_len
+        self.packing = packing
+        self.length_filter = length_filter
+        self.seed = seed
+        self.truncated = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, index: int, indices: np.ndarray) -> dict[str, np.ndarray]:
+        inputs, targets = self.ids.read_ids(indices)
+        if self.length_filter is not None:
+            keep = self.length_filter.fits(inputs, targets)
+            if not keep.all():
+                inputs, targets = inputs.take(keep), targets.take(keep)
+        else:
+            n = self.max_len
+            long_ = int(np.sum(np.maximum(inputs.lengths, targets.lengths) > n))
+            if long_:
+                with self._lock:
+                    self.truncated += long_
+                inputs, targets = inputs.truncated(n), targets.truncated(n)
+        rows = pack_ragged(inputs, targets, self.max_len, self.packing)
+        if self.seed is not None:
+            order = np.random.default_rng([self.seed, index]).permutation(len(rows["inputs"]))
+            rows = {k: v[order] for k, v in rows.items()}
+        return rows

@@ -1,4 +1,8 @@
-"""Where sentence pairs come from: the readers of each kind of dataset source.
+"""Stage 1: where sentence pairs come from, the readers of each kind of dataset source.
+
+In: :class:`SourceSpec` (``data.name``, ``data.data_dir``, the languages, the text files)
+and a split. Out: the split's pairs, which the vocabulary is trained on (``tokenizer.py``)
+and which are tokenized (``tokens.py``, ``token_cache.py``).
 
 Every source is a sequence of ``(source_text, target_text)`` pairs with ``len`` and integer
 indexing, which is what grain needs for deterministic, resumable shuffling. The datasets are
@@ -12,15 +16,19 @@ its source, read here by the reader of that kind (``READERS``):
   read the ``data.source_lang`` and ``data.target_lang`` keys, so the order is ours.
 * ``generated``: a TFDS builder whose data is generated here, written as array_record on
   first use (no TensorFlow needed), then read as ``tfds``: the built-in corpus
-  (``corpus.py``), the TFDS dataset ``builtin_corpus``.
+  (``corpus.py``), the TFDS dataset ``builtin_corpus``, and its long sentences
+  (``long_corpus.py``), ``builtin_long_corpus``.
 * ``text``: your own files (``text.py``), named by the config fields of the dataset's
   splits (``data.train_files`` / ``eval_files`` / ``test_files``).
+
+Downloads (a TFDS builder's, such as WMT14's from statmt.org) verify TLS certificates
+(:func:`download_config`); behind a proxy or mirror with its own certificate authority, name
+its bundle in ``REQUESTS_CA_BUNDLE``.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
+import dataclasses
 import importlib
 import os
 import pathlib
@@ -32,9 +40,36 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
 from transformer_jax.config import datasets
-from transformer_jax.data import corpus, text
+from transformer_jax.data import corpus, long_corpus, text
 from transformer_jax.errors import ConfigError, DataError
-from transformer_jax.io import storage
+from transformer_jax.io import locks, storage
+
+
+def download_config() -> tfds.download.DownloadConfig:
+    """How TFDS downloads what a builder prepares here: TLS certificates verified (against
+    requests' CA bundle, or the one ``REQUESTS_CA_BUNDLE`` names), TFDS's checksums
+    checked."""
+    return tfds.download.DownloadConfig(verify_ssl=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceSpec:
+    """What names a dataset's pairs: ``data.name``, ``data.data_dir`` ("": TFDS's default),
+    the languages, and for text files the files of each split."""
+
+    name: str
+    data_dir: str = ""
+    source_lang: str = "en"
+    target_lang: str = "de"
+    train_files: str = ""
+    eval_files: str = ""
+    test_files: str = ""
+
+    @classmethod
+    def from_config(cls, data: Any) -> SourceSpec:
+        """The spec of a config's ``data`` section."""
+        return cls(data.name, data.data_dir, data.source_lang, data.target_lang,
+                   data.train_files, data.eval_files, data.test_files)
 
 
 class BuiltinCorpus(tfds.core.GeneratorBasedBuilder):
@@ -59,6 +94,15 @@ class BuiltinCorpus(tfds.core.GeneratorBasedBuilder):
     def _generate_examples(self, pairs: list[tuple[str, str]]):
         for i, (en, de) in enumerate(pairs):
             yield i, {"en": corpus.detokenize(en), "de": corpus.detokenize(de)}
+
+
+class BuiltinLongCorpus(BuiltinCorpus):
+    """The built-in corpus with long, coordinated sentences (``long_corpus.py``): train and
+    validation sources of at most L words, test sources spread up to 3L."""
+
+    def _split_generators(self, dl_manager: Any) -> dict[str, Any]:
+        splits = long_corpus.build_long_corpus(seed=0)
+        return {name: self._generate_examples(pairs) for name, pairs in splits.items()}
 
 
 class PairSource(Sequence):
@@ -110,8 +154,8 @@ class PairSource(Sequence):
         return f"PairSource({self.name}, {len(self)} pairs)"
 
 
-def data_dir_of(data_config: Any) -> str | None:
-    return os.fspath(storage.path(data_config.data_dir)) if data_config.data_dir else None
+def data_dir_of(spec: SourceSpec) -> str | None:
+    return os.fspath(storage.path(spec.data_dir)) if spec.data_dir else None
 
 
 def prepare_builtin(data_dir: str | None) -> None:
@@ -124,21 +168,15 @@ def prepare_generated(tfds_name: str, data_dir: str | None) -> None:
     :class:`BuiltinCorpus`), as array_record if it is not there yet.
 
     Several processes may ask at once (the hosts of a multi-process run, the points of a
-    sweep): a lock file lets one write it while the others wait. TFDS cannot write
-    array_record files to a bucket: for a ``gs://`` data_dir the dataset is prepared in a
-    local temporary directory and copied up.
+    sweep): its lock (``io/locks.py``, in the data_dir, local or a bucket) lets one write it
+    while the others wait. TFDS cannot write array_record files to a bucket: for a ``gs://``
+    data_dir the dataset is prepared in a local temporary directory and copied up.
     """
     builder = _generated_builder(tfds_name, data_dir)
     if builder.is_prepared():
         return
-    # The lock is a local file (a bucket has no locks): it keeps apart the processes of one
-    # machine, such as the points of a sweep launched locally.
     where = data_dir or os.path.expanduser("~/tensorflow_datasets")
-    lock_dir = (storage.local(where) or pathlib.Path(tempfile.gettempdir()) / (
-        "transformer_jax-" + hashlib.sha1(where.encode()).hexdigest()[:12]))
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    with open(lock_dir / f".{builder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locks.Lock(storage.path(where) / builder.name):
         builder = _generated_builder(tfds_name, data_dir)
         if builder.is_prepared():
             return
@@ -161,7 +199,7 @@ def _generated_builder(tfds_name: str, data_dir: str | None) -> tfds.core.Datase
 
 def _prepare_in(tfds_name: str, local_dir: str) -> None:
     _generated_builder(tfds_name, local_dir).download_and_prepare(
-        download_config=tfds.download.DownloadConfig(verify_ssl=False))
+        download_config=download_config())
 
 
 _TEXT_CACHE: dict[tuple, text.TextPairs] = {}
@@ -181,19 +219,19 @@ def _cached_text(spec: str, field: str) -> text.TextPairs:
 Source = PairSource | text.TextPairs
 
 
-def read_text(dataset: datasets.Dataset, data_config: Any, split: str) -> text.TextPairs:
+def read_text(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> text.TextPairs:
     """A split of text files: those named by the config field of the dataset's split."""
     field = dataset.splits[split]  # "data.train_files"
-    return _cached_text(data_config[field.split(".", 1)[1]], field)
+    return _cached_text(getattr(spec, field.split(".", 1)[1]), field)
 
 
-def read_tfds(dataset: datasets.Dataset, data_config: Any, split: str) -> PairSource:
+def read_tfds(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> PairSource:
     """A split of a TFDS dataset prepared as array_record under data.data_dir."""
     if dataset.tfds_module:
         # tfds imports its dataset modules lazily; importing this one registers the builder
         # (wmt14_translate needs no TensorFlow to read a prepared copy).
         importlib.import_module(dataset.tfds_module)
-    data_dir = data_dir_of(data_config)
+    data_dir = data_dir_of(spec)
     try:
         # download=False: preparing a TFDS dataset is a separate step; never start it here.
         records = tfds.data_source(dataset.tfds_name, split=dataset.splits[split],
@@ -206,7 +244,7 @@ def read_tfds(dataset: datasets.Dataset, data_config: Any, split: str) -> PairSo
             f"{data_dir or '~/tensorflow_datasets'} ({type(e).__name__}"
             + (f"; a preparation did not finish: {unfinished[-1]}" if unfinished else "")
             + f"); {dataset.how_to_prepare}") from e
-    return PairSource(records, data_config.source_lang, data_config.target_lang,
+    return PairSource(records, spec.source_lang, spec.target_lang,
                       f"{dataset.tfds_name}:{split}")
 
 
@@ -222,27 +260,30 @@ def unfinished_preparations(tfds_name: str, data_dir: str | None) -> list[str]:
                   if p.name.startswith(tfds.core.constants.INCOMPLETE_PREFIX))
 
 
-def read_generated(dataset: datasets.Dataset, data_config: Any, split: str) -> PairSource:
+def read_generated(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> PairSource:
     """A split of a dataset generated here: prepared on first use, then read as TFDS."""
-    prepare_generated(dataset.tfds_name, data_dir_of(data_config))
-    return read_tfds(dataset, data_config, split)
+    prepare_generated(dataset.tfds_name, data_dir_of(spec))
+    return read_tfds(dataset, spec, split)
 
 
 # The readers, by the kind of source a Dataset names (its ``source``).
-READERS: dict[str, Callable[[datasets.Dataset, Any, str], Source]] = {
+READERS: dict[str, Callable[[datasets.Dataset, SourceSpec, str], Source]] = {
     "tfds": read_tfds,
     "generated": read_generated,
     "text": read_text,
 }
 
 
-def get_source(data_config: Any, split: str) -> Source:
-    """The ``split`` ("train", "validation" or "test") of the configured dataset
-    (``data.name``), read by the reader of its kind of source."""
-    dataset = datasets.get(data_config.name)
+def get_source(spec: SourceSpec | Any, split: str) -> Source:
+    """The ``split`` ("train", "validation" or "test") of the dataset ``spec.name``, read by
+    the reader of its kind of source. ``spec`` may be a config's ``data`` section, read into
+    a :class:`SourceSpec` first (the commands that read one split)."""
+    if not isinstance(spec, SourceSpec):
+        spec = SourceSpec.from_config(spec)
+    dataset = datasets.get(spec.name)
     if dataset.source not in READERS:
-        raise ConfigError(f"data.name={data_config.name!r}: its source {dataset.source!r} has "
+        raise ConfigError(f"data.name={spec.name!r}: its source {dataset.source!r} has "
                           f"no reader; the kinds are {', '.join(READERS)}")
     if split not in dataset.splits:
         raise ValueError(f"split {split!r} is not one of {', '.join(dataset.splits)}")
-    return READERS[dataset.source](dataset, data_config, split)
+    return READERS[dataset.source](dataset, spec, split)

@@ -1,94 +1,76 @@
-"""Token ids of a split, tokenized once: the cache the training pipeline reads.
+"""Stage 2, cached: each split's token ids, tokenized once for every run that shares its
+vocabulary and data, and read by all of them.
+
+In: a split's pairs and the vocabulary. Out: ``CachedIds``, the same ids as tokenizing on the
+fly (``tokens.TokenizedPairs``), so the batches are the same whichever is read.
 
 Tokenizing a pair with SentencePiece costs far more than reading, packing and batching it.
-The first time a workdir's vocabulary is used, each split it trains or evaluates on is
-tokenized once and written next to the vocabulary (``vocab/tokens/``, names in
-``io/layout.py``) as array_record: record 0 a JSON header, record k + 1 pair k's source and
-target ids (a little-endian uint32 source length, then the source ids and the target ids,
-uint16 for a vocabulary of at most 65,536 pieces, int32 beyond). One record a group and no
-compression, so a random read of a pair is one read.
+The first run that needs a split's ids writes them as array_record: record 0 a JSON header,
+record k + 1 pair k's source and target ids (a little-endian uint32 source length, then the
+source ids and the target ids, uint16 for a vocabulary of at most 65,536 pieces, int32
+beyond). One record a group and no compression, so a random read of a pair is one read.
 
-The file is keyed by what determines the ids (:func:`cache_key`): the SentencePiece model's
-bytes, the split (a TFDS dataset's name, version, split and languages; the text of every
-pair of text files), the languages, the end-of-sentence id and this format. The key names
-the file and is checked against its header, so another vocabulary or other data never reads
-it. It is written to a temporary name and renamed, so a killed writer leaves nothing that
-is read; a damaged or mismatched file is rebuilt with one warning line.
+Where: ``io/layout.token_cache_dir`` (``data.token_cache_dir`` when set; the sweep root's
+``tokens/`` for the points of a sweep, which share their vocabulary; otherwise the
+workdir's ``vocab/tokens/``), on a local disk or in a bucket. The file is keyed by what
+determines the ids (:func:`cache_key`): the SentencePiece model's bytes, the split (a TFDS
+dataset's name, version, split and languages; the text of every pair of text files), the
+languages, the end-of-sentence id and this format. The key names the file and is checked
+against its header, so another vocabulary or other data never reads it.
 
-Both readers give the same ids (:class:`TokenizedPairs` on the fly, :class:`CachedIds` from
-the cache), so the batches are the same whichever is read. Without a cache (``data.token_cache
-= False``, a workdir in a bucket, or a cache that cannot be written: a read-only location)
-pairs are tokenized on the fly.
+Once: the first process to need it takes its lock (``io/locks.py``) and writes it; every
+other process, of the same run or of another, waits for the lock, saying in one line what it
+waits for, then reads the file. A process that waits longer than ``data.token_cache_wait_s``
+tokenizes on the fly instead (same batches). The file is written under a temporary name and
+renamed (in a bucket: written locally, then uploaded as one object), so a killed writer leaves
+nothing that is read, and its lock goes with it; a damaged or mismatched file is rebuilt with
+one warning line. Without a cache (``data.token_cache=False``, or a location that cannot be
+written) pairs are tokenized on the fly.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import dataclasses
 import glob
 import hashlib
 import json
 import logging
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from array_record.python import array_record_data_source, array_record_module
 
-from transformer_jax.data import packing, text
+from transformer_jax.data import text
 from transformer_jax.data.packing import Ragged
-from transformer_jax.data.tokenizer import Tokenizer, vocab_path
+from transformer_jax.data.tokenizer import Tokenizer
+from transformer_jax.data.tokens import ADD_EOS, Ids, TokenizedPairs
 from transformer_jax.errors import DataError
-from transformer_jax.io import layout, storage
+from transformer_jax.io import layout, locks, storage
 
 FORMAT = 1  # of the records; a new format is a new key
-ADD_EOS = True  # every side ends with EOS, as the pipeline encodes it
 WRITER_OPTIONS = "group_size:1,uncompressed"  # one record a group: a random read is one read
 WRITE_CHUNK_PAIRS = 4096  # pairs tokenized together when the cache is written
 HEADER_BYTES = 4  # the source length at the start of each record (little-endian uint32)
 
 
-def read_pairs(source: Sequence[tuple[str, str]], indices: Sequence[int]) -> list[tuple[str, str]]:
-    """The pairs at ``indices``, in one batched read where the source offers one."""
-    if hasattr(source, "read"):
-        return source.read(indices)  # type: ignore[attr-defined]
-    return [source[int(i)] for i in indices]
+@dataclasses.dataclass(frozen=True)
+class CacheSpec:
+    """How a run gets its splits' ids (``data.token_cache``, ``data.token_cache_dir``,
+    ``data.token_cache_wait_s``): from caches in ``directory`` ("": the default of
+    ``layout.token_cache_dir``), waiting at most ``wait_s`` seconds for another process
+    that writes one; on the fly when not ``enabled``. The languages are part of the key."""
 
-
-def encode_pairs(tokenizer: Tokenizer, pairs: Sequence[tuple[str, str]]
-                 ) -> tuple[list[list[int]], list[list[int]]]:
-    """Source and target id lists of ``pairs``, each ending with EOS."""
-    return (tokenizer.encode_batch([p[0] for p in pairs], add_eos=ADD_EOS),
-            tokenizer.encode_batch([p[1] for p in pairs], add_eos=ADD_EOS))
-
-
-class Ids(Protocol):
-    """The ids of a split's pairs, read by pair index: what the pipeline packs."""
-
-    name: str
-
-    def __len__(self) -> int: ...
-
-    def read_ids(self, indices: Sequence[int]) -> tuple[Ragged, Ragged]: ...
-
-
-class TokenizedPairs:
-    """The ids of the pairs of ``source``, tokenized on the fly."""
-
-    def __init__(self, source: Sequence[tuple[str, str]], tokenizer: Tokenizer):
-        self.source = source
-        self.tokenizer = tokenizer
-        self.name = getattr(source, "name", "evaluation split")
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def read_ids(self, indices: Sequence[int]) -> tuple[Ragged, Ragged]:
-        inputs, targets = encode_pairs(self.tokenizer, read_pairs(self.source, indices))
-        return packing.ragged(inputs), packing.ragged(targets)
+    enabled: bool = True
+    directory: str = ""
+    wait_s: float = 3600.0
+    source_lang: str = "en"
+    target_lang: str = "de"
 
 
 class CachedIds:
@@ -184,104 +166,121 @@ def cache_key(tokenizer: Tokenizer, source: Sequence[tuple[str, str]],
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
-def cache_path(workdir: storage.PathLike, split: str, key: str) -> storage.Path:
-    """Where the workdir keeps the token cache of ``split`` for ``key``."""
-    return (vocab_path(workdir).with_name(layout.TOKEN_CACHE)
-            / layout.TOKEN_CACHE_FILE.format(split=split, key=key[:layout.TOKEN_CACHE_KEY_CHARS]))
+def cache_path(directory: storage.PathLike, split: str, key: str) -> storage.Path:
+    """The token cache of ``split`` for ``key`` in the cache folder ``directory``
+    (``layout.token_cache_dir``)."""
+    return storage.path(directory) / layout.TOKEN_CACHE_FILE.format(
+        split=split, key=key[:layout.TOKEN_CACHE_KEY_CHARS])
 
 
 def path_partials(path: str) -> str:
-    """The pattern of the temporary names that ``path`` is written under."""
+    """The pattern of the temporary names that the local file ``path`` is written under."""
     return os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.*.partial")
+
+
+def _write_records(path: str, ids: Ids, key: str, dtype: np.dtype, chunk_pairs: int) -> None:
+    """Tokenizes every pair of ``ids`` into the new local file ``path``."""
+    writer = array_record_module.ArrayRecordWriter(path, WRITER_OPTIONS)
+    if not writer.ok():
+        raise OSError(f"cannot write {path}")
+    writer.write(json.dumps({"key": key, "pairs": len(ids), "dtype": dtype.str,
+                             "format": FORMAT, "split": ids.name}).encode())
+    for start in range(0, len(ids), chunk_pairs):
+        inputs, targets = ids.read_ids(range(start, min(start + chunk_pairs, len(ids))))
+        for record in encode_records(inputs, targets, dtype):
+            writer.write(record)
+    if not writer.ok():
+        raise OSError(f"writing {path} failed (is the disk full?)")
+    try:
+        writer.close()
+    except RuntimeError as e:  # array_record's error for a failed write
+        raise OSError(f"writing {path} failed ({e})") from None
 
 
 def write(path: storage.PathLike, ids: Ids, key: str, vocab_size: int,
           chunk_pairs: int = WRITE_CHUNK_PAIRS) -> None:
-    """Tokenizes every pair of ``ids`` into the cache file ``path``, whole or not at all."""
-    path = os.fspath(path)
+    """Tokenizes every pair of ``ids`` into the cache file ``path`` (local, or an object in a
+    bucket), whole or not at all."""
     dtype = np.dtype("<u2" if vocab_size <= 1 << 16 else "<i4")
-    temporary = path_partials(path).replace("*", uuid.uuid4().hex[:8])
-    start_time = time.time()
-    try:
-        writer = array_record_module.ArrayRecordWriter(temporary, WRITER_OPTIONS)
-        if not writer.ok():
-            raise OSError(f"cannot write {temporary}")
-        writer.write(json.dumps({"key": key, "pairs": len(ids), "dtype": dtype.str,
-                                 "format": FORMAT, "split": ids.name}).encode())
-        for start in range(0, len(ids), chunk_pairs):
-            inputs, targets = ids.read_ids(range(start, min(start + chunk_pairs, len(ids))))
-            for record in encode_records(inputs, targets, dtype):
-                writer.write(record)
-        if not writer.ok():
-            raise OSError(f"writing {temporary} failed (is the disk full?)")
+    start_time, start_cpu = time.time(), time.process_time()
+    if storage.is_remote(path):
+        with tempfile.TemporaryDirectory(prefix="token_cache-") as staging:
+            staged = os.path.join(staging, storage.path(path).name)
+            _write_records(staged, ids, key, dtype, chunk_pairs)
+            size = os.path.getsize(staged)
+            storage.upload(staged, path)
+    else:
+        path = os.fspath(path)
+        temporary = path_partials(path).replace("*", uuid.uuid4().hex[:8])
         try:
-            writer.close()
-        except RuntimeError as e:  # array_record's error for a failed write
-            raise OSError(f"writing {temporary} failed ({e})") from None
-        os.replace(temporary, path)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-    logging.info("tokenized %s once: %d pairs in %.1fs -> %s", ids.name, len(ids),
-                 time.time() - start_time, path)
+            _write_records(temporary, ids, key, dtype, chunk_pairs)
+            size = os.path.getsize(temporary)
+            os.replace(temporary, path)
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+    logging.info("tokenized %s once: %d pairs in %.1fs (%.1f CPU-s), %s -> %s", ids.name,
+                 len(ids), time.time() - start_time, time.process_time() - start_cpu,
+                 storage.human_bytes(size), path)
 
 
-@contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
-    """Holds a lock file next to ``path`` (the processes of one machine take turns)."""
-    with open(os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.lock"),
-              "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-def _open(path: str, key: str, name: str) -> CachedIds | None:
+def _open(path: storage.Path, key: str, name: str) -> CachedIds | None:
     """The cache at ``path`` if it is whole and of ``key``; None if there is none."""
-    if not os.path.exists(path):
+    if not path.exists():
         return None
     return CachedIds(path, key, name)
 
 
-def open_or_write(workdir: storage.PathLike, split: str, source: Sequence[tuple[str, str]],
-                  tokenizer: Tokenizer, source_lang: str, target_lang: str,
-                  is_chief: bool = True, timeout_s: float = 3600.0,
-                  poll_s: float = 1.0) -> CachedIds | None:
-    """The token cache of ``split`` (pairs ``source``) in the workdir, written the first time.
+def _remove_partials(path: storage.Path) -> None:
+    """Removes what killed writers left of the local file ``path`` (only the lock holder
+    writes, so they are no one's)."""
+    if storage.is_remote(path):
+        return  # an upload that did not finish leaves no object
+    before, after = path_partials(os.fspath(path)).split("*")
+    for left in glob.glob(glob.escape(before) + "*" + glob.escape(after)):
+        os.unlink(left)
 
-    Only the chief (process 0) writes, under a lock (a second command on the machine waits
-    for it); the others poll every ``poll_s`` seconds for its file. None (the caller
-    tokenizes on the fly, logged in one line) for a workdir in a bucket, a cache that cannot
-    be written, or one that the chief has not written within ``timeout_s``.
+
+def open_or_write(spec: CacheSpec, workdir: storage.PathLike, split: str,
+                  source: Sequence[tuple[str, str]], tokenizer: Tokenizer) -> CachedIds | None:
+    """The token cache of ``split`` (pairs ``source``) for the run in ``workdir``, written
+    the first time; None (the caller tokenizes on the fly, logged in one line) where it
+    cannot be written, or when another process holds its lock longer than ``spec.wait_s``.
+
+    Any process may write it: the one that takes its lock does, the others wait for the lock
+    (one line says what they wait for) and read what it wrote.
     """
     name = getattr(source, "name", split)
-    if storage.is_remote(workdir):
-        logging.info("%s: tokenized on the fly (the token cache needs a local workdir)", name)
-        return None
-    key = cache_key(tokenizer, source, source_lang, target_lang)
-    path = os.fspath(cache_path(workdir, split, key))
-    if not is_chief:
-        deadline = time.time() + timeout_s
-        while time.time() < deadline:
-            with contextlib.suppress(DataError):  # being replaced by the chief
-                if (cached := _open(path, key, name)) is not None:
-                    return cached
-            time.sleep(poll_s)
-        logging.warning("%s: process 0 wrote no token cache in %.0fs; tokenizing on the fly",
-                        path, timeout_s)
-        return None
+    key = cache_key(tokenizer, source, spec.source_lang, spec.target_lang)
+    path = cache_path(layout.token_cache_dir(workdir, spec.directory), split, key)
+    with contextlib.suppress(DataError):  # a damaged file is rebuilt under the lock
+        if (cached := _open(path, key, name)) is not None:
+            logging.info("%s: reading token ids from %s", name, path)
+            return cached
+
+    def waiting(holder: str) -> None:
+        logging.info("%s: waiting up to %g s (data.token_cache_wait_s) for the token cache "
+                     "%s, which %s is writing", name, spec.wait_s, path, holder)
+
+    lock = locks.Lock(path)
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with _locked(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not lock.acquire(spec.wait_s, waiting):
+            logging.warning("%s: the token cache %s was not written within "
+                            "data.token_cache_wait_s=%g s; tokenizing on the fly", name,
+                            path, spec.wait_s)
+            return None
+        try:
             try:
                 if (cached := _open(path, key, name)) is not None:
                     logging.info("%s: reading token ids from %s", name, path)
                     return cached
             except DataError as e:
                 logging.warning("%s; writing it again", e)
-            before, after = path_partials(path).split("*")
-            for left in glob.glob(glob.escape(before) + "*" + glob.escape(after)):
-                os.unlink(left)  # left by a killed writer: only the lock holder writes
+            _remove_partials(path)
             write(path, TokenizedPairs(source, tokenizer), key, tokenizer.vocab_size)
+        finally:
+            lock.release()
     except OSError as e:
         logging.warning("%s: cannot write the token cache (%s); tokenizing on the fly", path,
                         e.strerror or e)

@@ -1,4 +1,5 @@
-"""The shared source-target BPE vocabulary (SentencePiece).
+"""The shared source-target BPE vocabulary (SentencePiece), trained on a sample of the
+source (``sources.py``) and used by every later stage.
 
 Ids: 0 is padding (and the decoder's start symbol), 1 is end of sentence, 2 is unknown.
 The model file lives in the workdir (``vocab/spm.model``) and is reused on resume; it is
@@ -7,6 +8,7 @@ written to a temporary name and renamed, so a killed run never leaves half a voc
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
@@ -22,6 +24,15 @@ from transformer_jax.io import layout, storage
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 
 
+@dataclasses.dataclass(frozen=True)
+class VocabSpec:
+    """The vocabulary a run trains: ``data.vocab_size`` pieces, on ``data.vocab_sample``
+    characters per side."""
+
+    size: int
+    sample_chars: int
+
+
 class Tokenizer:
     """Text <-> ids with a trained SentencePiece model.
 
@@ -31,15 +42,25 @@ class Tokenizer:
 
     def __init__(self, model_path: str | os.PathLike):
         self.path = storage.path(model_path)
-        try:
-            proto = self.path.read_bytes()
-        except (FileNotFoundError, IsADirectoryError):
-            raise DataError(f"{self.path}: no such vocabulary file") from None
+        why = storage.not_a_file(self.path)  # a named pipe would be waited on forever
+        if why == "no such file":
+            raise DataError(f"{self.path}: no such vocabulary file")
+        if why:
+            raise DataError(f"{self.path}: {why}, not a vocabulary file")
+        proto = self.path.read_bytes()
         try:
             self.sp = spm.SentencePieceProcessor(model_proto=proto)
         except (RuntimeError, OSError):  # sentencepiece's parse error is a RuntimeError
             raise DataError(f"{self.path}: damaged vocabulary, not a SentencePiece model"
                             ) from None
+        # An empty file parses as a model of no pieces; another tool's model numbers its
+        # special pieces otherwise. Either would translate into nothing, without a word.
+        special = (self.sp.pad_id(), self.sp.eos_id(), self.sp.unk_id())
+        if self.sp.get_piece_size() < 3 or special != (PAD_ID, EOS_ID, UNK_ID):
+            raise DataError(f"{self.path}: not a vocabulary of this project ("
+                            f"{self.sp.get_piece_size()} pieces; padding, end of sentence and "
+                            f"unknown are ids {self.sp.pad_id()}, {self.sp.eos_id()}, "
+                            f"{self.sp.unk_id()}, not {PAD_ID}, {EOS_ID}, {UNK_ID})")
 
     @property
     def vocab_size(self) -> int:
@@ -130,6 +151,9 @@ def load_or_train(workdir: str | os.PathLike, sample: Iterable[str] | None, voca
                                     "one on")
         return train_tokenizer(sample, vocab_size, path)
     deadline = time.time() + timeout_s
+    if not path.exists():
+        logging.info("waiting up to %g s for the vocabulary %s, which process 0 trains",
+                     timeout_s, path)
     while not path.exists():
         if time.time() > deadline:
             raise TimeoutError(f"{path}: process 0 did not write the vocabulary in {timeout_s}s")
