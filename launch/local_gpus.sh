@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One host, all its GPUs: one process drives every local device (pmap or a mesh).
+# One host, all its GPUs: one process drives every local device (a mesh, or pmap).
 #
 #   launch/local_gpus.sh configs/base.py runs/base [--config.FIELD=VALUE ...]
 #   CUDA_VISIBLE_DEVICES=0,1,2,3 launch/local_gpus.sh configs/table3.py:A_h16 runs/A_h16

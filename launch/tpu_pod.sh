@@ -4,7 +4,7 @@
 #
 #   TPU=my-v4-32 ZONE=us-central2-b launch/tpu_pod.sh configs/big.py gs://my-bucket/runs/big \
 #       --config.data.data_dir=gs://my-bucket/tensorflow_datasets \
-#       --config.model.dtype=bfloat16 --config.train.parallel=sharded
+#       --config.model.dtype=bfloat16
 #
 # Every worker needs the project installed in REPO_DIR (default: ~/transformer_jax). The
 # workdir and the prepared TFDS data are best in a bucket (gs://...), which every worker

@@ -4,7 +4,7 @@ and decodes as it should.
     make accelerator-check        # = python -m experiments.benchmarks.accelerator_check
     python -m experiments.benchmarks.accelerator_check --tiny   # tiny shapes: seconds on a CPU
 
-Five checks, each "passed", "failed", "measured" (a figure with no goal) or "skipped" with the
+Seven checks, each "passed", "failed", "measured" (a figure with no goal) or "skipped" with the
 reason (what this device cannot do is never reported as passed):
 
 * devices -- the platform, how many devices and of which kind, the JAX version;
@@ -19,11 +19,21 @@ reason (what this device cannot do is never reported as passed):
   of the largest reference value; the blockwise kernel in float32 too, within
   FLOAT32_TOLERANCE; a kernel whose own implementation cannot run here (its
   ``unavailable()``: cuDNN off an NVIDIA GPU) is skipped with the reason;
+* approximate_kernels -- the kernels that are not exact (local, local_global, linear,
+  performer) each agree on this device with what it claims to compute (its module's
+  ``reference``: the dense kernel with its mask, linear attention written out), in float32,
+  outputs and gradients, within FLOAT32_TOLERANCE of the largest reference value;
 * decode_speed -- cached greedy and beam-4 decoding of the base model (random weights) at the
   base shape: 8 sentences of 32 source tokens, 63 output tokens each (decode_speed.py's
   measurement);
 * training -- configs/demo.py trained on the built-in corpus (its greedy test BLEU must reach
-  DEMO_BLEU; about a minute on a GPU).
+  DEMO_BLEU; about a minute on a GPU);
+* planner -- on an NVIDIA GPU the planner knows (accelerators.named), base and big in
+  bfloat16 at train_throughput's batch: the planner's memory a device and step time
+  (``python -m transformer_jax.plan --json``, compiled for compile-only devices with
+  JAX_PLATFORMS=cpu, as on a machine without a GPU) beside the peak memory
+  (``memory_stats()['peak_bytes_in_use']``) and step time measured by a fresh process on
+  the GPU; the two run at once. docs/scale.md keeps the comparison.
 
 With --tiny every shape shrinks (one-layer d_model-32 models, a 10-step run) so the whole check
 runs on a CPU in seconds: the kernels are still compared, the training has no BLEU goal.
@@ -35,6 +45,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 import tempfile
 import time
@@ -108,7 +119,7 @@ def throughput(tiny: bool) -> dict[str, Any]:
         if dtype == "bfloat16" and no_bf16:
             results[key] = skipped(no_bf16)
             continue
-        config, vocab, _, tokens = train_throughput.build_config(name, "pmap", dtype, on_cpu)
+        config, vocab, _, tokens = train_throughput.build_config(name, "sharded", dtype, on_cpu)
         steps = 3 if on_cpu else 5
         if on_cpu:
             config.train.devices = 1  # fake CPU devices share the same cores
@@ -192,6 +203,46 @@ def kernels(tiny: bool) -> dict[str, Any]:
     return results
 
 
+# The approximate kernels' settings in their check: a window and global positions that bite
+# at the check's lengths, and a performer of 64 features.
+APPROXIMATE = {"window": 8, "global_tokens": 2, "random_features": 64}
+
+
+def approximate_kernels(tiny: bool) -> dict[str, Any]:
+    """Each approximate kernel with a ``reference`` against it, in float32 (module docstring),
+    on the attention_kernels check's shapes."""
+    b, length, heads, d = (2, 64, 4, 16) if tiny else (4, 1024, 8, 64)
+    rng = np.random.default_rng(1)
+    q, k, v, ct = (rng.standard_normal((b, heads, length, d)).astype(np.float32)
+                   for _ in range(4))
+    seg = np.where(np.arange(length) < length // 3, 1, 2)[None].repeat(b, 0).astype(np.int32)
+    results: dict[str, Any] = {"shape": [b, heads, length, d], **APPROXIMATE,
+                               "tolerance": FLOAT32_TOLERANCE}
+    for name in kernel_registry.names():
+        kernel = kernel_registry.get(name)
+        claimed = getattr(kernel.module, "reference", None)
+        if kernel.traits.exact or claimed is None:
+            continue
+
+        def out(q, k, v, name=name):
+            return attention.attend(name, q, k, v, seg, seg, causal=True, **APPROXIMATE)[0]
+
+        def ref(q, k, v, claimed=claimed):
+            return claimed(q, k, v, seg, seg, causal=True, **APPROXIMATE)
+
+        try:
+            with jax.default_matmul_precision("highest"):
+                errors = _error(*(jax.jit(lambda q, k, v, f=f: (f(q, k, v), jax.grad(
+                    lambda q, k, v: jnp.sum(f(q, k, v) * ct), (0, 1, 2))(q, k, v)))(q, k, v)
+                    for f in (out, ref)))
+        except Exception as e:  # noqa: BLE001 -- a kernel that does not run here has failed
+            results[name] = {"status": "failed", "error": first_line(e)}
+            continue
+        results[name] = {"status": "passed" if max(errors) <= FLOAT32_TOLERANCE else "failed",
+                         "output_error": errors[0], "gradient_error": errors[1]}
+    return results
+
+
 def decoding(tiny: bool) -> dict[str, Any]:
     """Cached greedy and beam-4 tokens/s of the base model (random weights)."""
     batch, source, length = (2, 8, 15) if tiny else (8, 32, 63)
@@ -244,7 +295,77 @@ def training(tiny: bool, data_dir: str) -> dict[str, Any]:
     return {"status": "passed" if ok else "failed", **result, "goal": f">= {DEMO_BLEU}"}
 
 
-CHECKS = ("train_throughput", "attention_kernels", "decode_speed", "training")
+PLANNED = (("base", "bfloat16"), ("big", "bfloat16"))
+PLANNER_STEPS = 5
+
+
+def measure_memory(name: str, dtype: str) -> dict[str, Any]:
+    """train_throughput's measurement of ``name`` in ``dtype`` on every local device, with
+    the peak memory a device: run in a fresh process, so the peak is this config's alone."""
+    config, vocab, _, tokens = train_throughput.build_config(name, "pmap", dtype, False)
+    r = train_throughput.measure_config(config, vocab, tokens, PLANNER_STEPS)
+    # The last device: the first also held the state as it was made, before its replicas.
+    stats = jax.local_devices()[-1].memory_stats()
+    peak, limit = stats["peak_bytes_in_use"], stats["bytes_limit"]
+    return {"peak_bytes": peak, "bytes_limit": limit, "step_s": r["step_s"],
+            "rows": r["rows"], "devices": r["devices"]}
+
+
+def planner(tiny: bool) -> dict[str, Any]:
+    """The planner's predictions beside what the GPU measures (module docstring)."""
+    import subprocess
+
+    from transformer_jax.training import accelerators
+
+    device = jax.devices()[0]
+    if tiny or device.platform != "gpu":
+        return skipped("needs an NVIDIA GPU (and not --tiny): the planner's figures are "
+                       "compared with a real one's")
+    try:
+        accelerator = accelerators.named(device.device_kind)
+    except Exception as e:  # noqa: BLE001 -- no CUDA plugin to read the descriptions from
+        return skipped(first_line(e))
+    if accelerator is None:
+        return skipped(f"the planner knows no {device.device_kind}")
+    n = jax.local_device_count()
+    results: dict[str, Any] = {"status": "measured", "devices": f"{accelerator.name}:{n}"}
+    for name, dtype in PLANNED:
+        config, _, max_len, tokens = train_throughput.build_config(name, "pmap", dtype, False)
+        rows = max(tokens // max_len // n, 1) * n
+        plan = subprocess.Popen(
+            [sys.executable, "-m", "transformer_jax.plan", f"--config=configs/{name}.py",
+             f"--devices={accelerator.name}:{n}", "--json", f"--config.model.dtype={dtype}",
+             "--config.train.parallel=pmap", f"--config.data.row_len={max_len}",
+             f"--config.data.max_len={max_len}", f"--config.data.tokens_per_batch="
+             f"{rows * max_len}"], cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        measured = subprocess.run(
+            [sys.executable, "-c", "import json; from experiments.benchmarks import "
+             f"accelerator_check as a; print(json.dumps(a.measure_memory({name!r}, "
+             f"{dtype!r})))"], cwd=ROOT, capture_output=True, text=True)
+        planned_out, planned_err = plan.communicate()
+        key = f"{name}_{dtype}"
+        if plan.returncode or measured.returncode:
+            err = (planned_err if plan.returncode else measured.stderr).strip().splitlines()
+            results[key] = {"status": "failed", "error": (err or ["no output"])[-1][:200]}
+            continue
+        p = json.loads(planned_out.strip().splitlines()[-1])
+        m = json.loads(measured.stdout.strip().splitlines()[-1])
+        results[key] = {
+            "rows": m["rows"], "planned_rows": p["rows"],
+            "planned_peak_bytes": p["peak_bytes"], "measured_peak_bytes": m["peak_bytes"],
+            "measured_over_planned_memory": round(m["peak_bytes"] / p["peak_bytes"], 3),
+            "bytes_limit": m["bytes_limit"], "planned_fits": p["fits"],
+            "planned_step_s": round(p["step_seconds"], 4), "planned_mfu": p["mfu"],
+            "measured_step_s": round(m["step_s"], 4),
+            "measured_mfu": round(p["flops_per_step"] / (m["step_s"] * n
+                                                         * p["peak_flops_per_device"]), 4),
+            "planner_compile_s": round(p["compile_seconds"], 1)}
+    return results
+
+
+CHECKS = ("train_throughput", "attention_kernels", "approximate_kernels", "decode_speed",
+          "training", "planner")
 
 
 def run(tiny: bool = False, data_dir: str = "") -> dict[str, Any]:
@@ -253,8 +374,10 @@ def run(tiny: bool = False, data_dir: str = "") -> dict[str, Any]:
                                "date": datetime.date.today().isoformat(), "devices": devices()}
     functions = {"train_throughput": lambda: throughput(tiny),
                  "attention_kernels": lambda: kernels(tiny),
+                 "approximate_kernels": lambda: approximate_kernels(tiny),
                  "decode_speed": lambda: decoding(tiny),
-                 "training": lambda: training(tiny, data_dir)}
+                 "training": lambda: training(tiny, data_dir),
+                 "planner": lambda: planner(tiny)}
     for name in CHECKS:
         start = time.perf_counter()
         try:

@@ -7,16 +7,20 @@ What is measured: self-attention over one unpadded sequence of n tokens (batch 1
 d_k = d_v = 64, the base model's heads; not causal, as in the encoder), for n = 512, 1,024,
 ..., 16,384, by each kernel of ``transformer_jax/model/kernels/`` whose own implementation
 runs on this machine (:func:`kinds`; on a CPU: ``dense``, the paper's, ``blockwise``, tiles of
---block-size, and ``local``, r = --window; cuDNN's needs a GPU). Two passes: ``forward``
-(the outputs) and ``backward`` (forward + backward: the gradients of sum(outputs * c) with
-respect to q, k and v, c a fixed random cotangent).
+--block-size, ``local``, r = --window, ``local_global``, the same window and the first
+--global-tokens positions global, ``linear`` (elu + 1) and ``performer`` (--features random
+features); cuDNN's needs a GPU). Two passes: ``forward`` (the outputs) and ``backward``
+(forward + backward: the gradients of sum(outputs * c) with respect to q, k and v, c a fixed
+random cotangent). --kinds picks some of them.
 
 peak_bytes is the compiled program's own account of its memory (XLA's buffer assignment,
 ``compiled.memory_analysis()``): temp + argument + output bytes, the most it holds at once.
 It is known without running, so it is reported for cases too large to run. As a check, the
 measured rise of the process's peak RSS during the first call (on a GPU: the device's peak
 bytes in use) is printed beside it and kept as measured_bytes. time_s is the best of up to
-three calls after compilation (one call when it takes over 20 s, or with --quick). Every
+three calls after compilation (one call when it takes over 20 s, or with --quick), cpu_s
+the CPU time (user + system, every thread) the process spent in that call: on a machine
+shared with other work the wall time stretches, the CPU time much less. Every
 case runs in a fresh process, so one case's memory cannot leak into the next and an
 out-of-memory kill costs one row. A case whose compiled peak exceeds --max-gb (default: half
 the memory available at the start) is not run: its time_s is null and its error says why.
@@ -94,6 +98,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="skip cases whose compiled peak exceeds this (0: half the free memory)")
     p.add_argument("--block-size", type=int, default=256, help="blockwise tile (default 256)")
     p.add_argument("--window", type=int, default=128, help="local attention's r (default 128)")
+    p.add_argument("--global-tokens", type=int, default=2,
+                   help="local_global's global positions (default 2)")
+    p.add_argument("--features", type=int, default=256,
+                   help="performer's random features (default 256)")
+    p.add_argument("--kinds", default="", help="kernels to measure, comma-separated "
+                   "(default: every kernel that runs here)")
     p.add_argument("--out", type=Path, default=None, help="where to write the JSON results")
     p.add_argument("--packed", action="store_true",
                    help="packed rows of short sentences: dense vs blockwise with tile skipping")
@@ -122,7 +132,8 @@ def _reset_peak_rss() -> bool:
         return False
 
 
-def case_function(kind: str, n: int, pass_: str, block_size: int, window: int):
+def case_function(kind: str, n: int, pass_: str, block_size: int, window: int,
+                  global_tokens: int = 2, features: int = 256):
     """The jitted computation of one case and its arguments."""
     keys = jax.random.split(jax.random.key(n), 4)
     q, k, v, cotangent = (jax.random.normal(key, (1, HEADS, n, D_K), jnp.float32)
@@ -131,7 +142,8 @@ def case_function(kind: str, n: int, pass_: str, block_size: int, window: int):
 
     def forward(q, k, v):
         return attention.attend(kind, q, k, v, segments, segments, block_size=block_size,
-                                window=window)[0]
+                                window=window, global_tokens=global_tokens,
+                                random_features=features)[0]
 
     if pass_ == "forward":
         return jax.jit(forward), (q, k, v)
@@ -144,15 +156,15 @@ def case_function(kind: str, n: int, pass_: str, block_size: int, window: int):
 
 
 def run_case(kind: str, n: int, pass_: str, block_size: int, window: int, max_bytes: int,
-             reps: int) -> dict:
+             reps: int, global_tokens: int = 2, features: int = 256) -> dict:
     """Compiles, checks the memory bill against ``max_bytes``, runs and times one case."""
-    fn, args = case_function(kind, n, pass_, block_size, window)
+    fn, args = case_function(kind, n, pass_, block_size, window, global_tokens, features)
     compiled = fn.lower(*args).compile()
     stats = compiled.memory_analysis()
     peak = int(stats.temp_size_in_bytes + stats.argument_size_in_bytes
                + stats.output_size_in_bytes)
-    row = {"kind": kind, "n": n, "pass": pass_, "time_s": None, "peak_bytes": peak,
-           "error": None, "measured_bytes": None}
+    row = {"kind": kind, "n": n, "pass": pass_, "time_s": None, "cpu_s": None,
+           "peak_bytes": peak, "error": None, "measured_bytes": None}
     if peak > max_bytes:
         row["error"] = (f"not run: the compiled program needs {peak / GiB:.1f} GiB, over the "
                         f"{max_bytes / GiB:.1f} GiB allowed (--max-gb)")
@@ -163,16 +175,16 @@ def run_case(kind: str, n: int, pass_: str, block_size: int, window: int, max_by
     rss_reset = on_cpu and _reset_peak_rss()
     times = []
     for _ in range(reps):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - start)
-        if times[-1] > 20:
+        times.append((time.perf_counter() - start, time.process_time() - cpu))
+        if times[-1][0] > 20:
             break
     if rss_reset:
         row["measured_bytes"] = _proc_bytes("VmHWM") - before + stats.argument_size_in_bytes
     elif not on_cpu:
         row["measured_bytes"] = (device.memory_stats() or {}).get("peak_bytes_in_use")
-    row["time_s"] = min(times)
+    row["time_s"], row["cpu_s"] = min(times)
     return row
 
 
@@ -209,9 +221,10 @@ def spawn(kind: str, n: int, pass_: str, args: argparse.Namespace, max_bytes: in
     """Runs one case in a fresh process; a crash (an out-of-memory kill) becomes its error."""
     command = [sys.executable, __file__, f"--case={kind},{n},{pass_}",
                f"--max-gb={max_bytes / GiB}", f"--block-size={args.block_size}",
-               f"--window={args.window}"] + (["--quick"] if args.quick else [])
-    failed = {"kind": kind, "n": n, "pass": pass_, "time_s": None, "peak_bytes": None,
-              "error": None, "measured_bytes": None}
+               f"--window={args.window}", f"--global-tokens={args.global_tokens}",
+               f"--features={args.features}"] + (["--quick"] if args.quick else [])
+    failed = {"kind": kind, "n": n, "pass": pass_, "time_s": None, "cpu_s": None,
+              "peak_bytes": None, "error": None, "measured_bytes": None}
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     except subprocess.TimeoutExpired:
@@ -224,9 +237,18 @@ def spawn(kind: str, n: int, pass_: str, args: argparse.Namespace, max_bytes: in
     return {**failed, "error": why[:300]}
 
 
-def kinds() -> tuple[str, ...]:
-    """The registered kernels whose own implementation runs here (none stands in for it)."""
-    return tuple(name for name in kernels.names() if not kernels.get(name).unavailable())
+def kinds(chosen: str = "") -> tuple[str, ...]:
+    """The registered kernels whose own implementation runs here (none stands in for it), or
+    those of ``chosen`` ("dense,linear") among them."""
+    runnable = tuple(name for name in kernels.names() if not kernels.get(name).unavailable())
+    if not chosen:
+        return runnable
+    wanted = tuple(chosen.split(","))
+    unknown = [name for name in wanted if name not in runnable]
+    if unknown:
+        raise SystemExit(f"--kinds: {', '.join(unknown)} not among the kernels that run here "
+                         f"({', '.join(runnable)})")
+    return wanted
 
 
 def find(rows: list[dict], kind: str, n: int, pass_: str) -> dict:
@@ -390,46 +412,60 @@ def main(argv: list[str] | None = None) -> None:
     if args.case:  # a child: one case, one JSON line
         kind, n, pass_ = args.case.split(",")
         print(json.dumps(run_case(kind, int(n), pass_, args.block_size, args.window,
-                                  int(args.max_gb * GiB), reps)))
+                                  int(args.max_gb * GiB), reps, args.global_tokens,
+                                  args.features)))
         return
     description, backend, budget = machine()
     max_bytes = int(args.max_gb * GiB) if args.max_gb > 0 else budget
     lengths = QUICK_LENGTHS if args.quick else FULL_LENGTHS
     print(f"{description}; backend {backend}; batch 1, {HEADS} heads, d_k = d_v = {D_K}; "
-          f"blockwise tiles {args.block_size}, local r = {args.window}; cases over "
+          f"blockwise tiles {args.block_size}, local r = {args.window}, global positions "
+          f"{args.global_tokens}, performer features {args.features}; cases over "
           f"{max_bytes / GiB:.1f} GiB (compiled) are not run")
-    print(f"{'kind':>10} {'n':>6} {'pass':>9} {'time':>9} {'peak (compiled)':>16} "
-          f"{'peak (measured)':>16}")
+    print(f"{'kind':>12} {'n':>6} {'pass':>9} {'time':>9} {'CPU time':>9} "
+          f"{'peak (compiled)':>16} {'peak (measured)':>16}")
     rows = []
+    measured = kinds(args.kinds)
     for n in lengths:
-        for kind in kinds():
+        for kind in measured:
             for pass_ in PASSES:
                 row = spawn(kind, n, pass_, args, max_bytes)
                 rows.append(row)
                 shown = "-" if row["time_s"] is None else f"{row['time_s']:.3f}s"
-                print(f"{kind:>10} {n:>6} {pass_:>9} {shown:>9} {fmt_bytes(row['peak_bytes']):>16}"
-                      f" {fmt_bytes(row['measured_bytes']):>16}  {row['error'] or ''}",
+                cpu = "-" if row.get("cpu_s") is None else f"{row['cpu_s']:.3f}s"
+                print(f"{kind:>12} {n:>6} {pass_:>9} {shown:>9} {cpu:>9} "
+                      f"{fmt_bytes(row['peak_bytes']):>16} "
+                      f"{fmt_bytes(row['measured_bytes']):>16}  {row['error'] or ''}",
                       flush=True)
-    verdict = criteria(rows, lengths[-1])
-    print(f"memory at n = {lengths[-1]:,}: blockwise <= 1/8 of dense: {verdict['memory']} "
-          f"(dense / blockwise: {verdict['dense_over_blockwise_peak_bytes_at_largest_n']})")
-    print(f"time at n = {TIME_N:,}, forward + backward: blockwise <= {TIME_LIMIT}x dense: "
-          f"{verdict['time']} (blockwise / dense: {verdict['blockwise_over_dense_time_at_2048']})")
+    # The criteria compare blockwise with dense: only when both were measured.
+    both = {"dense", "blockwise"} <= set(measured)
+    verdict = criteria(rows, lengths[-1]) if both else {}
+    if verdict:
+        print(f"memory at n = {lengths[-1]:,}: blockwise <= 1/8 of dense: {verdict['memory']} "
+              f"(dense / blockwise: {verdict['dense_over_blockwise_peak_bytes_at_largest_n']})")
+        print(f"time at n = {TIME_N:,}, forward + backward: blockwise <= {TIME_LIMIT}x dense: "
+              f"{verdict['time']} (blockwise / dense: "
+              f"{verdict['blockwise_over_dense_time_at_2048']})")
 
-    fields = ("kind", "n", "pass", "time_s", "peak_bytes", "measured_bytes", "error")
+    fields = ("kind", "n", "pass", "time_s", "cpu_s", "peak_bytes", "measured_bytes", "error")
     write_results(args.out or ROOT / "experiments" / "results" / (
         "attention_scaling_quick.json" if args.quick else "attention_scaling.json"),
-        description, backend, HEADS, [{field: r[field] for field in fields} for r in rows])
+        description, backend, HEADS, [{field: r.get(field) for field in fields} for r in rows],
+        global_tokens=args.global_tokens, features=args.features)
 
     largest = lengths[-1]
     headline = dict(benchmark="attention_scaling", backend=backend, heads=HEADS, d_k=D_K,
-                    block_size=args.block_size, window=args.window, largest_n=largest, **verdict)
-    for kind in kinds():
+                    block_size=args.block_size, window=args.window,
+                    global_tokens=args.global_tokens, features=args.features, largest_n=largest,
+                    **verdict)
+    for kind in measured:
         row = find(rows, kind, largest, "backward")
         headline[f"{kind}_backward_peak_bytes_at_largest_n"] = attention_cost.case_peak(row)
         headline[f"{kind}_backward_time_s_at_largest_n"] = _round(row["time_s"])
         headline[f"{kind}_backward_time_s_at_2048"] = _round(
             find(rows, kind, TIME_N, "backward")["time_s"])
+        headline[f"{kind}_backward_cpu_s_at_2048"] = _round(
+            find(rows, kind, TIME_N, "backward").get("cpu_s"))
     print(json.dumps(headline))
 
 

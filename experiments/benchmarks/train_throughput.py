@@ -1,7 +1,7 @@
 """Train-step throughput and model-FLOPs utilisation (MFU) of the demo and base models, and
 what rows sized to short sentences gain.
 
-    python experiments/benchmarks/train_throughput.py            # demo and base, pmap and sharded
+    python experiments/benchmarks/train_throughput.py            # demo and base, sharded and pmap
     python experiments/benchmarks/train_throughput.py --quick    # fewer steps
     python experiments/benchmarks/train_throughput.py --configs=big --dtype=bfloat16  # on a GPU
     python experiments/benchmarks/train_throughput.py --configs=short  # rows sized to the data
@@ -56,7 +56,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from transformer_jax import config as config_lib, paper  # noqa: E402
-from transformer_jax.data import corpus, pipeline  # noqa: E402
+from transformer_jax.data import batching, corpus, pipeline  # noqa: E402
 from transformer_jax.model import params  # noqa: E402
 from transformer_jax.model.transformer import TransformerConfig  # noqa: E402
 from transformer_jax.training import hardware, parallel  # noqa: E402
@@ -209,7 +209,7 @@ def measure_short(dtype: str, kind: str, steps: int, repeats: int) -> dict:
                           "rows": data.rows, "kernel": kernel,
                           "vocab": data.tokenizer.vocab_size, "seconds": 0.0, "tokens": 0,
                           "turns": [], "model_config": model_config,
-                          "padding": float(np.mean([pipeline.padding_fraction(b)
+                          "padding": float(np.mean([batching.padding_fraction(b)
                                                     for b in batches]))}
     key = jax.random.key(1)
 
@@ -263,7 +263,7 @@ def measure_short(dtype: str, kind: str, steps: int, repeats: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--configs", default="demo,base")
-    parser.add_argument("--parallel", default="pmap,sharded")
+    parser.add_argument("--parallel", default="sharded,pmap")
     parser.add_argument("--dtype", default="", help="float32 (CPU default) or bfloat16")
     parser.add_argument("--steps", type=int, default=0,
                         help="timed steps (default 10 / 3; short: a turn, default 1)")

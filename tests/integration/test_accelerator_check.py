@@ -25,6 +25,15 @@ def test_kernels_agree_and_cudnn_is_skipped_on_cpu():
     _assert_kernels_agree_on_cpu(accelerator_check.kernels(tiny=True))
 
 
+def test_the_approximate_kernels_agree_with_what_they_claim_to_compute():
+    results = accelerator_check.approximate_kernels(tiny=True)
+    for kernel in ("linear", "local", "local_global", "performer"):
+        assert results[kernel]["status"] == "passed", results[kernel]
+        assert results[kernel]["output_error"] < 1e-5
+        assert results[kernel]["gradient_error"] < 1e-5
+    assert not {"dense", "blockwise", "cudnn"} & set(results)  # the exact ones are checked
+
+
 # About 65 CPU-seconds: a dozen compilations (three train steps, a 10-step run, two searches,
 # five kernels) however tiny the shapes; 140 s on a busy 2-core CPU.
 @pytest.mark.slow
@@ -47,6 +56,10 @@ def test_tiny_check_on_cpu_ends_with_one_json_line(builtin_data_dir, capsys):
     assert kernels["tolerances"] == {"bfloat16_output": 0.02, "bfloat16_gradients": 0.05,
                                      "float32": 1e-4}
     _assert_kernels_agree_on_cpu(kernels)
+    approximate = summary["approximate_kernels"]
+    assert {name: entry["status"] for name, entry in approximate.items()
+            if isinstance(entry, dict)} == dict.fromkeys(
+        ("linear", "local", "local_global", "performer"), "passed")
 
     decoding = summary["decode_speed"]
     assert decoding["status"] == "measured" and decoding["output_tokens"] == 15
@@ -55,6 +68,9 @@ def test_tiny_check_on_cpu_ends_with_one_json_line(builtin_data_dir, capsys):
     training = summary["training"]
     assert training["status"] == "measured" and training["steps"] == 10  # no goal with --tiny
     assert 0.0 <= training["test_bleu"] <= 100.0 and training["bleu_sentences"] == 4
+    # The planner's comparison needs a real NVIDIA GPU; on a CPU it says so.
+    assert summary["planner"]["status"] == "skipped"
+    assert "NVIDIA GPU" in summary["planner"]["reason"]
 
 
 def test_a_failed_entry_anywhere_fails_the_check():

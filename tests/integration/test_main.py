@@ -30,7 +30,9 @@ def test_short_run_lowers_the_loss(tmp_path, builtin_data_dir):
     final = train.train_and_evaluate(config, tmp_path)
     losses = logged(tmp_path)
     assert sorted(losses) == list(range(5, 45, 5))
-    assert losses[40] < 0.8 * losses[5]
+    # 40 steps take the loss from ~5.4 (ln 200 pieces) to ~4.3-4.4 (0.79-0.81 of it over
+    # data.shuffle_seed 0-2); a run that does not learn stays near 1.0 of it.
+    assert losses[40] < 0.85 * losses[5]
     evals = logged(tmp_path, "eval", "perplexity")
     assert evals[40] < evals[20] and final["perplexity"] == evals[40]
     assert (tmp_path / layout.VOCAB / layout.VOCAB_MODEL).exists()
@@ -54,6 +56,10 @@ def test_resumed_run_repeats_an_uninterrupted_one(straight_run, resumed_run):
         assert b[step] == pytest.approx(a[step], abs=1e-6), step
 
 
+# Slow: a process of its own (JAX imported and every program compiled again), the CPU's
+# matmul probe, BLEU, samples and the attention pictures: 48 CPU-seconds, over 30 s on
+# 2 cores.
+@pytest.mark.slow
 def test_main_command_trains_and_reports_bad_workdir(tmp_path, builtin_data_dir):
     # The one run of the main command in a process of its own, and the one run of the suite
     # that measures the CPU's peak for MFU with the matmul probe (train.peak_flops = 0).

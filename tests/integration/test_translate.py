@@ -34,6 +34,7 @@ def command(workdir, *args, stdin=b""):
     return run_command("translate", f"--workdir={workdir}", *args, stdin=stdin)
 
 
+@pytest.mark.slow
 def test_translates_a_file_in_order_with_empty_lines_kept(workdir, tmp_path):
     config = resume.workdir_config(workdir)
     source = sources.get_source(config.data, "test")

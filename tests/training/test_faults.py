@@ -100,6 +100,7 @@ def test_sigterm_stops_training_with_a_checkpoint_and_the_rerun_continues_exactl
     assert workdirs.checkpoint_steps_on_disk(stopped) == [7, 10, 20]
 
 
+@pytest.mark.slow
 def test_sigterm_stops_within_two_steps_of_the_device(tmp_path, builtin_data_dir, monkeypatch):
     # Steps of ~0.1 s (d_model 128, 1024 tokens) against ~1 ms to dispatch one: a loop that
     # does not wait for the device would be dozens of steps ahead when the signal comes. Logs
@@ -109,7 +110,7 @@ def test_sigterm_stops_within_two_steps_of_the_device(tmp_path, builtin_data_dir
     config.model.update(num_layers=2, d_model=128, d_ff=512)
     config.data.tokens_per_batch = 32 * 32
     dispatched = []  # every step's metrics, as the loop dispatches them
-    real_train = parallel.PmapExecutor.train
+    real_train = parallel.ShardedExecutor.train
 
     def recording_train(executor, *args):
         state, metrics = real_train(executor, *args)
@@ -122,7 +123,7 @@ def test_sigterm_stops_within_two_steps_of_the_device(tmp_path, builtin_data_dir
         jax.block_until_ready(dispatched[2])  # the device has finished step 3
         os.kill(os.getpid(), signal.SIGTERM)
 
-    monkeypatch.setattr(parallel.PmapExecutor, "train", recording_train)
+    monkeypatch.setattr(parallel.ShardedExecutor, "train", recording_train)
     sender = threading.Thread(target=signal_once_step_3_has_run, daemon=True)
     sender.start()
     result = train.train_and_evaluate(config, tmp_path)
@@ -159,6 +160,7 @@ def test_counting_non_finite_steps_and_stopping_after_k_in_a_row():
     assert skipping.stop(30) is None
 
 
+@pytest.mark.slow
 def test_a_diverged_run_stops_after_k_non_finite_steps_and_saves_no_nan(tmp_path,
                                                                         builtin_data_dir):
     # A learning rate 1e30 times the paper's: the first update would make the weights so
@@ -194,13 +196,17 @@ def test_a_diverged_run_stops_after_k_non_finite_steps_and_saves_no_nan(tmp_path
     assert [r["nonfinite_steps"] for r in records] == list(range(1, 9))
 
 
-def test_a_non_finite_step_leaves_the_state_unchanged_and_is_flagged():
+@pytest.mark.parametrize("accum", [1, 2])
+def test_a_non_finite_step_leaves_the_state_unchanged_and_is_flagged(accum):
     from ..helpers import random_batch
 
     config = tiny_config(".", devices=1)
+    config.optim.grad_accum_steps = accum  # a step of 2 stacked micro-batches, or of 1
     state = create_train_state(config, TINY, jax.random.key(0))
     executor = make_executor(config, TINY, state)
     batch = random_batch(2, 16, 0)
+    if accum > 1:
+        batch = {k: np.stack([v, random_batch(2, 16, 1)[k]]) for k, v in batch.items()}
     good, metrics = executor.train(executor.place(state), batch, jax.random.key(1))
     assert executor.fetch(metrics)["nonfinite"] == 0.0
     assert int(executor.host_state(good).step) == 1

@@ -136,6 +136,7 @@ def make(config, d_model):
 '''
 
 
+@pytest.mark.slow
 def test_a_schedule_file_in_a_searched_directory_trains_from_the_command_line(
         tmp_path, builtin_data_dir):
     (tmp_path / "schedules").mkdir()
@@ -168,6 +169,7 @@ def test_a_schedule_file_in_a_searched_directory_trains_from_the_command_line(
 # Workdirs trained before optim.schedule existed
 
 
+@pytest.mark.slow
 def test_an_old_workdir_resumes_with_the_papers_schedule(tmp_path, builtin_data_dir, caplog):
     config = tiny_config(builtin_data_dir, num_steps=6, log_every=1, eval_every=6,
                          checkpoint_every=6, peak_flops=1e9)

@@ -14,7 +14,7 @@ from transformer_jax.config import resume
 from transformer_jax.errors import ConfigError, UserError
 from transformer_jax.io import checkpoints, layout, workdirs
 from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.training import stops
+from transformer_jax.training import pruners, stops, studies
 from transformer_jax.training.step import create_train_state
 
 from ..helpers import command_line, run_command, tiny_config
@@ -80,8 +80,7 @@ def test_the_settings_are_checked_and_free_to_change_on_resume():
             ("train.divergence_patience", 0, "train.divergence_patience=0 must be an integer "
                                              ">= 1"),
             ("search.trial", -1, "search.trial=-1 must be an integer >= 0"),
-            ("search.prune", "hyperband", "search.prune='hyperband' is not one of median, "
-                                          "asha, none"),
+            ("search.reduction_factor", 1, "search.reduction_factor=1 must be an integer >= 2"),
             ("search.objective", "tokens", "search.objective='tokens' is not one of loss, nll, "
                                            "perplexity, bleu"),
             ("search.storage", "study.log", "search.storage='study.log' needs search.study")]:
@@ -89,6 +88,10 @@ def test_the_settings_are_checked_and_free_to_change_on_resume():
         bad[field.split(".")[0]][field.split(".")[1]] = value
         with pytest.raises(ConfigError, match=f"^{message}"):
             config_lib.validate(bad)
+    # The pruner's name is the pruner registry's to check (the config cannot import it).
+    with pytest.raises(ConfigError, match="^search.prune='hyperband' is not one of asha, "
+                                          "median, none"):
+        pruners.get("hyperband")
     bleu = tiny_config(".", bleu_every=15, bleu_sentences=4)
     bleu.search.update(storage="study.log", study="s", objective="bleu")
     with pytest.raises(ConfigError, match="search.objective='bleu' needs train.bleu_every, a "
@@ -108,7 +111,7 @@ def test_the_settings_are_checked_and_free_to_change_on_resume():
 def make_study(path, intermediate, direction="minimize"):
     """A journal-file study holding one completed trial for each of ``intermediate`` (a
     {step: value} curve each) and one running trial; returns the running trial's number."""
-    study = optuna.create_study(study_name="s", storage=stops.open_storage(str(path)),
+    study = optuna.create_study(study_name="s", storage=studies.open_storage(str(path)),
                                 direction=direction)
     for curve in intermediate:
         study.add_trial(optuna.trial.create_trial(
@@ -119,7 +122,8 @@ def make_study(path, intermediate, direction="minimize"):
 
 def search_config(path, number, **more):
     config = tiny_config(".")
-    config.search.update(storage=str(path), study="s", trial=number, **more)
+    config.search.update(storage=str(path), study="s", trial=number,
+                         **{"prune": "median", **more})
     return config.search
 
 
@@ -137,7 +141,7 @@ def test_the_median_pruner_prunes_a_trial_worse_than_the_median_of_the_completed
         "pruned", 10, f"pruned at step 10 (perplexity 1.55 reported to trial {bad} of study "
                       "'s'; search.prune='median')")
     # What the watch reported is in the study, for the controller to read.
-    trial = optuna.load_study(study_name="s", storage=stops.open_storage(
+    trial = optuna.load_study(study_name="s", storage=studies.open_storage(
         str(tmp_path / "bad.log"))).trials[bad]
     assert trial.intermediate_values == {10: 1.55}
     assert trial.state == optuna.trial.TrialState.RUNNING  # the controller's to finish
@@ -155,8 +159,62 @@ def test_pruning_follows_the_startup_trials_the_pruner_and_the_direction(tmp_pat
     watch = stops.TrialWatch(search_config(tmp_path / "bleu.log", bleu, objective="bleu",
                                            startup_trials=0))
     assert watch(stops.Evaluation(10, 5.0, {"bleu": 20.0})).reason == "pruned"
-    assert isinstance(stops.pruner(search_config(path, 0, prune="asha")),
+    assert isinstance(pruners.make(search_config(path, 0, prune="asha")),
                       optuna.pruners.SuccessiveHalvingPruner)
+
+
+def asha_watches(path, n, last_step=None, **settings):
+    """``n`` running trials of one journal study, each with a TrialWatch pruned by asha with
+    a first rung at step 10 and reduction factor 3."""
+    optuna.create_study(study_name="s", storage=studies.open_storage(str(path)))
+    study = optuna.load_study(study_name="s", storage=studies.open_storage(str(path)))
+    numbers = [study.ask().number for _ in range(n)]
+    return [stops.TrialWatch(search_config(path, number, prune="asha", min_steps=10,
+                                           reduction_factor=3, **settings), last_step)
+            for number in numbers]
+
+
+def reached(watch, step, ppl):
+    """The reason the watch stopped the run at ``step`` with perplexity ``ppl``, or None."""
+    stop = watch(stops.Evaluation(step, 5.0, {"perplexity": ppl}))
+    return stop and stop.reason
+
+
+def test_asha_prunes_a_trial_outside_the_best_third_at_a_rung(tmp_path):
+    # Optuna's rule, by hand: at rung k (step 10 x 3^k) a trial goes on iff its value is
+    # within the best n // 3 of the n values that reached the rung, itself included (the
+    # best one while n < 3).
+    w = asha_watches(tmp_path / "study.log", 6)
+    assert reached(w[0], 10, 1.50) is None  # [1.50]: the best of one
+    assert reached(w[1], 10, 1.40) is None  # [1.50, 1.40]: the best of two
+    assert reached(w[2], 10, 1.60) == "pruned"  # [1.50, 1.40, 1.60]: best 1 of 3 is 1.40
+    assert reached(w[3], 10, 1.45) == "pruned"  # 4 values: best 1 is 1.40
+    assert reached(w[4], 10, 1.39) is None  # 5 values: best 1 is 1.39, itself
+    # A first report past the rung is judged at the rung: 6 values, the best 2 go on.
+    assert reached(w[5], 20, 1.395) is None  # [..., 1.39, 1.395]: second best
+    assert reached(w[0], 20, 9.99) is None  # rung 1 ends at step 30: nothing judged at 20
+    assert reached(w[0], 30, 1.20) is None  # rung 1: [1.20], the best of one
+    assert reached(w[1], 30, 1.25) == "pruned"  # [1.20, 1.25]: not the best of two
+    assert reached(w[4], 30, 1.10) is None  # [1.20, 1.25, 1.10]: best 1 of 3
+    # At the run's last step nothing is pruned: stopping there saves nothing.
+    last = asha_watches(tmp_path / "last.log", 3, last_step=10)
+    assert [reached(x, 10, v) for x, v in zip(last, (1.0, 0.9, 2.0), strict=True)] == [None] * 3
+
+
+def test_asha_stops_its_reference_trials_at_the_first_rung(tmp_path):
+    # The first reference_trials to reach step 10 stop there, however good; the later ones
+    # are ranked against them: the first trials are stopped as well as the others.
+    w = asha_watches(tmp_path / "study.log", 4, reference_trials=2)
+    assert reached(w[0], 10, 1.0) == "pruned"
+    assert reached(w[1], 10, 2.0) == "pruned"
+    assert reached(w[2], 10, 1.5) == "pruned"  # [1.0, 2.0, 1.5]: best 1 of 3 is 1.0
+    assert reached(w[3], 10, 0.9) is None  # 4 values: best 1 is 0.9
+    assert reached(w[3], 20, 5.0) is None  # between rungs
+    with pytest.raises(ConfigError, match=r"^search.reference_trials=2 needs search.min_steps"):
+        pruners.make(search_config(tmp_path / "x.log", 0, prune="asha", reference_trials=2))
+    with pytest.raises(ConfigError, match=r"^search.prune='hyperband' is not one of asha, "
+                                          r"median, none"):
+        stops.TrialWatch(search_config(tmp_path / "study.log", 0, prune="hyperband"))
 
 
 def test_a_missing_study_or_trial_a_finished_trial_or_the_wrong_direction_is_refused(
@@ -174,7 +232,8 @@ def test_a_missing_study_or_trial_a_finished_trial_or_the_wrong_direction_is_ref
     with pytest.raises(UserError, match="the study is to minimize, but search.objective='bleu' "
                                         "is better higher"):
         stops.TrialWatch(search_config(path, number, objective="bleu"))
-    assert stops.direction("bleu") == "maximize" and stops.direction("perplexity") == "minimize"
+    assert studies.direction("bleu") == "maximize"
+    assert studies.direction("perplexity") == "minimize"
 
 
 # ----------------------------------------------------------------------------------------
@@ -252,7 +311,7 @@ def test_a_trial_far_worse_than_the_others_is_pruned_at_its_first_evaluation(
     assert final["stopped"] == {"reason": "pruned", "step": 2, "message": line}
     assert workdirs.checkpoint_steps_on_disk(workdir) == [2]
     assert restorable(config, workdir, 2)
-    trial = optuna.load_study(study_name="s", storage=stops.open_storage(str(path))
+    trial = optuna.load_study(study_name="s", storage=studies.open_storage(str(path))
                               ).trials[number]
     assert trial.intermediate_values == {2: final["perplexity"]}
     again = run_command("main", *args)

@@ -112,9 +112,10 @@ class LogWindow:
         self.fetched, self.pending = self.fetched + new, []
         return first, [m["nonfinite"] > 0 for m in new]
 
-    def summarise(self, step: int, accum: int, mfu: MfuMeter) -> dict:
+    def summarise(self, step: int, mfu: MfuMeter) -> dict:
         """The window's scalars (loss and perplexity over the steps that were not skipped,
-        absent when all were); starts the next window."""
+        absent when all were; rates per second of optimizer steps and of the target and
+        source tokens of all their micro-batches); starts the next window."""
         applied = [m for m in self.fetched if not m["nonfinite"]]
         total = {k: sum(m[k] for m in applied) for k in ("loss_sum", "nll_sum", "tokens",
                                                          "source_tokens")}
@@ -124,7 +125,7 @@ class LogWindow:
             metric_keys.LEARNING_RATE: self.fetched[-1]["learning_rate"],
             metric_keys.TOKENS_PER_S: total["tokens"] / elapsed,
             metric_keys.SOURCE_TOKENS_PER_S: total["source_tokens"] / elapsed,
-            metric_keys.STEPS_PER_S: (step - self.step) / accum / elapsed,
+            metric_keys.STEPS_PER_S: (step - self.step) / elapsed,
             metric_keys.PADDING_FRACTION: float(np.mean(self.padding)),
         }
         utilisation = mfu(total["tokens"] / elapsed)  # may time a probe: after `elapsed`

@@ -11,10 +11,10 @@ from transformer_jax.training import schedules
 
 def make_optimizer(config: ml_collections.ConfigDict,
                    d_model: int) -> optax.GradientTransformation:
-    """Adam(beta1, beta2, eps) with the config's schedule; gradient accumulation if asked."""
+    """Adam(beta1, beta2, eps) with the config's schedule, applied once an optimizer step:
+    accumulated micro-batches (``optim.grad_accum_steps``) are summed inside the train step
+    (step.train_step), so the optimizer sees one step's gradient and its count is the
+    step's."""
     optim = config.optim
-    tx = optax.adam(schedules.schedule_of(config, d_model), b1=optim.b1, b2=optim.b2,
-                    eps=optim.eps)
-    if optim.grad_accum_steps > 1:
-        tx = optax.MultiSteps(tx, every_k_schedule=optim.grad_accum_steps)
-    return tx
+    return optax.adam(schedules.schedule_of(config, d_model), b1=optim.b1, b2=optim.b2,
+                      eps=optim.eps)

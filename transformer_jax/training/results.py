@@ -78,8 +78,9 @@ def hparams(config: ml_collections.ConfigDict, workdir: storage.Path) -> dict[st
     """The hyperparameters TensorBoard shows for this run: the values its sweep point swept
     (``sweep_point.json``) and its seeds, or the Table 3 quantities and seeds of a run
     outside a sweep."""
-    record = workdirs.read_json(workdir / layout.SWEEP_POINT) or {}
-    values = dict(record.get("fields") or {})
+    record = workdirs.read_object(workdir / layout.SWEEP_POINT) or {}
+    fields = record.get("fields")
+    values = dict(fields) if isinstance(fields, dict) else {}
     if not values:
         values = {q: config_lib.quantity(config, q) for q in config_lib.QUANTITIES}
     values.pop("seed", None)

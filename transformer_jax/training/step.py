@@ -1,10 +1,11 @@
-"""The train state and the compiled steps: one optimizer step (or micro-step), the
-validation step, and the executor that runs them on the devices."""
+"""The train state and the compiled steps: one optimizer step (its micro-batches
+accumulated inside it), the validation step, and the executor that runs them on the
+devices."""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -13,6 +14,7 @@ import ml_collections
 import optax
 from flax.training import train_state
 
+from transformer_jax.model import dropout
 from transformer_jax.model.losses import batch_sums, label_smoothed_cross_entropy, model_inputs
 from transformer_jax.model.params import init_params
 from transformer_jax.model.spec import TransformerConfig
@@ -22,34 +24,75 @@ from transformer_jax.training.optimizer import make_optimizer
 
 
 class TrainState(train_state.TrainState):
-    """Params, optimizer state and step (the number of micro-batches seen)."""
+    """Params, optimizer state and step: the number of optimizer steps taken (each of
+    ``optim.grad_accum_steps`` micro-batches)."""
 
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_key: jax.Array, *,
                model: Transformer, label_smoothing: float, schedule: Callable[[Any], Any],
                grad_accum_steps: int,
                axis_name: str | None = None) -> tuple[TrainState, dict[str, jax.Array]]:
-    """One optimizer step (or micro-step when accumulating gradients).
+    """One optimizer step: the gradient of the step's loss per target token, then Adam.
 
-    With ``axis_name`` it runs inside ``pmap`` on one device's rows: the loss is normalised
-    by the target tokens of the *global* batch and the gradients are averaged with pmean, so
-    the result equals the single-device step on the whole batch. Without, it is written for
-    the global batch and run by ``jit`` over a mesh.
+    ``batch`` holds [rows, row_len] arrays, or with ``grad_accum_steps`` k > 1 the step's k
+    micro-batches stacked as [k, rows, row_len]. The loss is the smoothed cross-entropy
+    summed over the step's target tokens and divided by their number, counted over all k
+    micro-batches (and all devices): the paper's per-token loss of the whole step, as one
+    batch of k * rows rows would give it, whatever each micro-batch holds. A ``lax.scan``
+    runs the micro-batches one after the other, summing their gradients into one buffer
+    the size of the parameters, and Adam is applied once. This is t5x's and MaxText's
+    accumulation: one compiled program an optimizer step, so the train state, its step
+    count, checkpoints and logs all count optimizer steps, and memory holds the
+    activations of one micro-batch. ``optax.MultiSteps`` instead ran one program a
+    micro-batch and averaged micro-batch means (a micro-batch of few tokens weighed as
+    much as a full one), kept the running sum in the optimizer state (saved with every
+    checkpoint), and counted micro-batches. With k = 1 there is no scan and no buffer.
+
+    With ``axis_name`` it runs on one device's (or data shard's) rows of each micro-batch,
+    inside ``pmap``, or ``shard_map`` over the mesh's "data" axis when accumulating
+    (parallel.ShardedExecutor): the token count is summed over devices first and the
+    gradients after the scan (one all-reduce a step, not one a micro-batch), and the dropout
+    masks are the device's block of the whole batch's (``dropout.rows_block``), so the
+    result is the step on the global batch, which it is written for when ``axis_name`` is
+    None (jit over a mesh, XLA placing the collectives).
     """
-    psum, pmean, num_devices, device_index = parallel.collectives(axis_name)
-    step_key = jax.random.fold_in(jax.random.fold_in(dropout_key, state.step), device_index)
+    psum, _, num_devices, device_index = parallel.collectives(axis_name)
+    k = grad_accum_steps
     weights = (batch["targets_segment_ids"] > 0).astype(jnp.float32)
-    global_tokens = psum(jnp.sum(weights))
+    tokens = psum(jnp.sum(weights))
+    scale = 1.0 / jnp.maximum(tokens, 1.0)
 
-    def loss_fn(params):
-        logits = model.apply({"params": params}, **model_inputs(batch),
-                             rngs={"dropout": step_key})
-        loss_sum, nll_sum = label_smoothed_cross_entropy(logits, batch["targets"], weights,
-                                                         label_smoothing)
-        return loss_sum * num_devices / jnp.maximum(global_tokens, 1.0), (loss_sum, nll_sum)
+    def micro_step(micro_batch: dict[str, jax.Array], index: jax.Array | int) -> tuple:
+        """(gradient of the micro-batch's loss sum over the step's tokens, loss sum, NLL
+        sum) of this device's rows of one micro-batch."""
+        # Micro-batch i of step s draws the masks micro-step s * k + i drew when the step
+        # counted micro-batches; the 0 is the device index every device once folded in.
+        key = jax.random.fold_in(jax.random.fold_in(dropout_key, state.step * k + index), 0)
 
-    grads, (loss_sum, nll_sum) = jax.grad(loss_fn, has_aux=True)(state.params)
-    grads = pmean(grads)
+        def loss_fn(params):
+            logits = model.apply({"params": params}, **model_inputs(micro_batch),
+                                 rngs={"dropout": key})
+            loss_sum, nll_sum = label_smoothed_cross_entropy(
+                logits, micro_batch["targets"],
+                (micro_batch["targets_segment_ids"] > 0).astype(jnp.float32), label_smoothing)
+            return loss_sum * scale, (loss_sum, nll_sum)
+
+        grads, sums = jax.grad(loss_fn, has_aux=True)(state.params)
+        return grads, sums
+
+    with dropout.rows_block(device_index, num_devices):
+        if k == 1:
+            grads, (loss_sum, nll_sum) = micro_step(batch, 0)
+        else:
+            def accumulate(carry: tuple, xs: tuple) -> tuple[tuple, None]:
+                grads, sums = micro_step(*xs)
+                return jax.tree.map(jnp.add, carry, (grads, sums)), None
+
+            zero = jnp.zeros((), jnp.float32)
+            start = (jax.tree.map(jnp.zeros_like, state.params), (zero, zero))
+            (grads, (loss_sum, nll_sum)), _ = jax.lax.scan(
+                accumulate, start, (batch, jnp.arange(k)))
+    grads = psum(grads)
     loss_sum, nll_sum = psum(loss_sum), psum(nll_sum)
     updated = state.apply_gradients(grads=grads)
     # A step whose loss, gradients or results are not finite leaves the whole state as it
@@ -65,10 +108,10 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], dropout_key: jax.
     metrics = {
         "loss_sum": loss_sum,
         "nll_sum": nll_sum,
-        "tokens": global_tokens,
+        "tokens": tokens,
         "source_tokens": psum(jnp.sum(batch["inputs_segment_ids"] > 0).astype(jnp.float32)),
         "grad_norm": grad_norm,
-        "learning_rate": schedule(state.step // grad_accum_steps),
+        "learning_rate": schedule(state.step),
         "nonfinite": 1.0 - finite.astype(jnp.float32),  # 1: the step was skipped
     }
     return new_state, metrics
@@ -89,9 +132,13 @@ def create_train_state(config: ml_collections.ConfigDict, model_config: Transfor
 
 
 def make_executor(config: ml_collections.ConfigDict, model_config: TransformerConfig,
-                  abstract_state: Any) -> parallel.PmapExecutor | parallel.ShardedExecutor:
-    """The train and eval steps, compiled for ``config.train.parallel`` ("pmap" or
-    "sharded")."""
+                  abstract_state: Any, devices: Sequence[jax.Device] | None = None
+                  ) -> parallel.PmapExecutor | parallel.ShardedExecutor:
+    """The train and eval steps, compiled for ``config.train.parallel`` ("sharded" or
+    "pmap") on ``devices`` (default: those ``train.devices`` names; compile-only devices
+    compile the steps for an accelerator this machine lacks, training/compiled.py); the
+    train step takes a batch of ``optim.grad_accum_steps`` stacked micro-batches when that
+    is above 1 (:func:`train_step`)."""
     train_fn = functools.partial(train_step, model=Transformer(model_config),
                                  label_smoothing=config.train.label_smoothing,
                                  schedule=schedules.schedule_of(config, model_config.d_model),
@@ -99,12 +146,15 @@ def make_executor(config: ml_collections.ConfigDict, model_config: TransformerCo
     eval_fn = functools.partial(eval_step,
                                 model=Transformer(model_config.replace(deterministic=True)),
                                 label_smoothing=config.train.label_smoothing)
+    micro_batches = config.optim.grad_accum_steps
     if config.train.parallel == "sharded":
-        devices = parallel.local_devices(config.train.devices) if config.train.devices else None
+        if devices is None and config.train.devices:
+            devices = parallel.local_devices(config.train.devices)
         mesh = parallel.make_mesh(config.train.model_parallel, devices)
-        return parallel.ShardedExecutor(train_fn, eval_fn, mesh, abstract_state)
+        return parallel.ShardedExecutor(train_fn, eval_fn, mesh, abstract_state, micro_batches)
     return parallel.PmapExecutor(train_fn, eval_fn,
-                                 parallel.local_devices(config.train.devices))
+                                 devices or parallel.local_devices(config.train.devices),
+                                 micro_batches)
 
 
 def checkpoint_bytes(config: ml_collections.ConfigDict) -> int:

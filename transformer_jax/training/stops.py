@@ -23,11 +23,12 @@ The watches:
   of the run's evaluations so far.
 * :class:`TrialWatch` (``search.storage`` set): reports ``search.objective`` to trial
   ``search.trial`` of the Optuna study ``search.study`` and stops when its pruner
-  (:func:`pruner`) says the trial should be pruned. It never tells the study the trial's
+  (``search.prune``, a module of training/pruners/) says the trial should be pruned, except
+  at the run's last step, where stopping saves nothing. It never tells the study the trial's
   final state: the controller does, from the record.
 
-:func:`open_storage` and :func:`pruner` are the ones the controller uses too, so both sides
-open the same storage and judge with the same pruner.
+:func:`studies.open_storage` and the pruner registry (training/pruners/) are the ones the
+controller uses too, so both sides open the same storage and judge with the same pruner.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,6 +43,7 @@ import ml_collections
 
 from transformer_jax.errors import STOP_EXIT_STATUS, TrainingStopped, UserError
 from transformer_jax.io import layout, metric_keys, storage, workdirs
+from transformer_jax.training import pruners, studies
 
 DIVERGED, PRUNED = "diverged", "pruned"
 REASONS = tuple(STOP_EXIT_STATUS)
@@ -126,75 +127,30 @@ class Divergence:
 # Optuna
 
 
-# Attempts at opening a database, a second apart: controllers started at once on a new one
-# race to create its tables, and all but one fail once.
-OPEN_ATTEMPTS = 3
-
-
-def open_storage(url_or_path: str) -> Any:
-    """The Optuna storage ``search.storage`` names: a database URL (``sqlite:///study.db``,
-    ``postgresql://...``; optuna's RDBStorage) or the path of a journal file (JournalStorage
-    on a JournalFileBackend, which locks the file for writers on one file system). UserError in
-    one line for an unreachable or wrong database, after OPEN_ATTEMPTS."""
-    import optuna
-    from optuna.storages.journal import JournalFileBackend
-
-    if "://" not in url_or_path:
-        return optuna.storages.JournalStorage(JournalFileBackend(str(url_or_path)))
-    for attempt in range(OPEN_ATTEMPTS):
-        try:
-            return optuna.storages.RDBStorage(url_or_path)
-        except Exception as e:  # sqlalchemy's errors for a bad URL or an unreachable server
-            if attempt + 1 == OPEN_ATTEMPTS:
-                raise UserError(f"search.storage={url_or_path!r}: {type(e).__name__}: "
-                                f"{str(e).splitlines()[0] if str(e) else e}") from e
-            time.sleep(1.0)
-    raise AssertionError("unreachable")
-
-
-def pruner(search: ml_collections.ConfigDict) -> Any:
-    """The Optuna pruner of ``search.prune``: MedianPruner ("median"; ``search.startup_trials``
-    and ``search.min_steps`` its n_startup_trials and n_warmup_steps), SuccessiveHalvingPruner
-    ("asha"; ``search.min_steps`` its min_resource, 0 for "auto") or NopPruner ("none")."""
-    import optuna
-
-    if search.prune == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=search.startup_trials,
-                                           n_warmup_steps=search.min_steps)
-    if search.prune == "asha":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=search.min_steps or "auto")
-    return optuna.pruners.NopPruner()
-
-
-def direction(objective: str) -> str:
-    """The direction of a study over ``objective`` (a metric_keys.OBJECTIVES key):
-    "maximize" for those better higher (BLEU), else "minimize"."""
-    return "maximize" if objective in metric_keys.HIGHER_IS_BETTER else "minimize"
-
-
 class TrialWatch:
     """Reports ``search.objective`` at each evaluation that measured it to trial
     ``search.trial`` of study ``search.study`` in ``search.storage`` and stops the run when
-    the pruner prunes it. Opened before training: a missing study or trial, a finished
-    trial or a study of the other direction is refused in one line."""
+    the pruner prunes it (never at ``last_step``, the run's last). Opened before training:
+    an unknown pruner, a missing study or trial, a finished trial or a study of the other
+    direction is refused in one line."""
 
-    def __init__(self, search: ml_collections.ConfigDict):
+    def __init__(self, search: ml_collections.ConfigDict, last_step: int | None = None):
         import optuna
 
         self.objective, self.number, self.name = search.objective, search.trial, search.study
-        self.prune = search.prune
+        self.prune, self.last_step = search.prune, last_step
+        pruner = pruners.make(search)
         where = f"search.study={search.study!r} in search.storage={search.storage!r}"
-        store = open_storage(search.storage)
+        store = studies.open_storage(search.storage)
         try:
-            study = optuna.load_study(study_name=search.study, storage=store,
-                                      pruner=pruner(search))
+            study = optuna.load_study(study_name=search.study, storage=store, pruner=pruner)
             study_id = store.get_study_id_from_name(search.study)
         except KeyError as e:
             raise UserError(f"{where}: no such study") from e
         if len(study.directions) > 1:
             raise UserError(f"{where}: a multi-objective study; optuna prunes only trials of "
                             "a study with one objective")
-        wanted = direction(search.objective)
+        wanted = studies.direction(search.objective)
         if study.direction.name.lower() != wanted:
             raise UserError(f"{where}: the study is to {study.direction.name.lower()}, but "
                             f"search.objective={search.objective!r} is better "
@@ -214,7 +170,7 @@ class TrialWatch:
         if value is None:
             return None
         self.trial.report(float(value), evaluation.step)
-        if not self.trial.should_prune():
+        if evaluation.step == self.last_step or not self.trial.should_prune():
             return None
         return Stop(PRUNED, evaluation.step, (
             f"pruned at step {evaluation.step} ({self.objective} {value:.4g} reported to "
@@ -252,8 +208,7 @@ def write_record(workdir: storage.Path, stop: Stop, figures: Mapping[str, Any]) 
 def stopped(workdir: storage.PathLike) -> Stop | None:
     """The Stop the run of ``workdir`` ended with (its final_metrics.json's STOPPED), or None:
     not stopped (finished, unfinished, never started)."""
-    final = workdirs.read_json(storage.path(workdir) / layout.FINAL_METRICS)
-    record = final.get(metric_keys.STOPPED) if isinstance(final, dict) else None
+    record = workdirs.read_final(workdir).get(metric_keys.STOPPED)  # of the right types
     if not isinstance(record, dict) or record.get("reason") not in REASONS:
         return None
     return Stop(record["reason"], int(record.get("step", 0)), str(record.get("message", "")))

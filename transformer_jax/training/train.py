@@ -23,13 +23,13 @@ import numpy as np
 
 from transformer_jax import config as config_lib
 from transformer_jax.config import resume
-from transformer_jax.data import pipeline, sources, tokenizer as tokenizer_lib
+from transformer_jax.data import batching, pipeline, tokenizer as tokenizer_lib
 from transformer_jax.evaluation.perplexity import loss_over_batches
 from transformer_jax.io import checkpoints, layout, metric_keys, provenance, storage, workdirs
 from transformer_jax.io.logs import MetricWriter
 from transformer_jax.model import params as params_lib
 from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.training import faults, parallel, results, schedules, stops
+from transformer_jax.training import compiled, faults, parallel, pruners, results, schedules, stops
 from transformer_jax.training.meters import CheckpointClock, LogWindow, MfuMeter, Profile
 from transformer_jax.training.step import checkpoint_bytes, create_train_state, make_executor
 
@@ -59,12 +59,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: storage.PathL
     """
     config_lib.validate(config)
     schedules.check(config)  # the schedule's name and settings, which the config cannot know
+    pruners.get(config.search.prune)  # likewise the pruner's name
+    parallel.local_devices(config.train.devices)  # as many as train.devices asks for
     workdir = storage.path(workdir)
     stops.refuse_if_stopped(workdir)
     faults.check_workdir(workdir, checkpoint_bytes(config), config.train.keep_checkpoints)
     is_chief = jax.process_index() == 0
     # The study and trial are checked before anything is written.
-    trial = stops.TrialWatch(config.search) if config.search.storage and is_chief else None
+    trial = (stops.TrialWatch(config.search, last_step=config.train.num_steps)
+             if config.search.storage and is_chief else None)
     with workdirs.Hold(workdir, enabled=is_chief):
         resuming = (bool(workdirs.checkpoint_steps_on_disk(workdir))
                     or tokenizer_lib.vocab_path(workdir).exists())
@@ -78,21 +81,22 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: storage.PathL
         with faults.StopSignals(multiprocess=jax.process_count() > 1) as signals:
             finished = run.train(signals)
         if not finished:
-            return {"preempted_at_step": run.step // run.accum}
+            return {"preempted_at_step": run.step}
         return run.finish()
 
 
 class Run:
     """One training run: its data, model, compiled steps, checkpoints and logs, resumed from
-    the newest checkpoint in the workdir that restores whole. ``step`` counts micro-batches
-    (optimizer steps times ``optim.grad_accum_steps``)."""
+    the newest checkpoint in the workdir that restores whole. ``step`` counts optimizer
+    steps, each of ``optim.grad_accum_steps`` micro-batches (``accum``) drawn from the data
+    iterator and stacked into one batch; checkpoints, logs and TensorBoard count the same."""
 
     def __init__(self, config: ml_collections.ConfigDict, workdir: storage.Path,
                  trial: stops.TrialWatch | None = None):
         self.config, self.workdir = config, workdir
         self.is_chief = jax.process_index() == 0
         self.accum = config.optim.grad_accum_steps
-        self.total_steps = config.train.num_steps * self.accum
+        self.total_steps = config.train.num_steps
         num_devices = len(parallel.local_devices(config.train.devices))
         self.global_devices = num_devices * jax.process_count()
 
@@ -100,9 +104,7 @@ class Run:
         data = pipeline.data_for(config, workdir, num_devices)
         self.tokenizer, self.data, self.rows = data.tokenizer, data.train, data.rows
         self.row_len, self.eval_rows = data.shape.row_len, data.eval_rows
-        self.eval_source = sources.get_source(config.data, "validation")
-        self.eval_ids = pipeline.split_ids(config, workdir, "validation", self.tokenizer,
-                                           self.eval_source, is_chief=self.is_chief)
+        self.eval_source, self.eval_ids = data.eval_source, data.eval_ids
         self.writer = MetricWriter(workdir, enabled=self.is_chief)
 
         # Model, state and the compiled steps; the state of the latest checkpoint.
@@ -114,6 +116,9 @@ class Run:
         self.ckpts = checkpoints.Checkpoints(workdir, config.train.keep_checkpoints)
         state, meta = self._resume(state)
         self._log_model(state)
+        # A step that cannot fit the device stops here, in one line, not at its first
+        # step with an out-of-memory error.
+        compiled.check_fits(self.executor, state, config, self.rows, self.row_len)
         self.state = self.executor.place(state)
 
         self.window = LogWindow(self.step)
@@ -127,8 +132,8 @@ class Run:
                             row_len=self.row_len)
         self.checkpoint_clock = (CheckpointClock(config.train.checkpoint_every_minutes)
                                  if config.train.checkpoint_every_minutes else None)
-        self.profile = Profile(workdir, config.train.profile_start * self.accum,
-                               config.train.profile_steps * self.accum, enabled=self.is_chief)
+        self.profile = Profile(workdir, config.train.profile_start, config.train.profile_steps,
+                               enabled=self.is_chief)
         self.final: dict[str, Any] = {}
         self.dev_bleu: float | None = None
 
@@ -144,9 +149,9 @@ class Run:
             return state, {}
         self.step, state, meta = restored
         self.saved_step = self.step
-        logging.info("resuming from step %d", self.step // self.accum)
+        logging.info("resuming from step %d", self.step)
         if self.is_chief:
-            provenance.record(self.workdir, self.step // self.accum)
+            provenance.record(self.workdir, self.step)
         return state, meta
 
     def _log_model(self, state: Any) -> None:
@@ -160,7 +165,7 @@ class Run:
             f"{field} {value}" for field, value in schedules.settings(c).items()))
 
     def _due(self, every: int) -> bool:
-        return self.step % (every * self.accum) == 0 or self.step == self.total_steps
+        return self.step % every == 0 or self.step == self.total_steps
 
     def train(self, signals: faults.StopSignals) -> bool:
         """Trains to ``train.num_steps``; False if a stop signal ended it early (after a
@@ -176,18 +181,18 @@ class Run:
                     self._save()
                     self.close()
                     logging.warning("stopped at step %d with a checkpoint; run the same command "
-                                    "to resume", self.step // self.accum)
+                                    "to resume", self.step)
                     return False
                 figures: dict[str, Any] = {}  # the validation figures of this step
                 if evaluating:
                     self._evaluate()
                     figures.update(self.final)
-                if t.bleu_every and self.step % (t.bleu_every * self.accum) == 0:
+                if t.bleu_every and self.step % t.bleu_every == 0:
                     scores = results.validation_bleu(
                         self.config, self.model_config, self.executor.params(self.state),
                         self.tokenizer, self.eval_source)
                     self.dev_bleu = scores[metric_keys.BLEU]
-                    self.writer.write(metric_keys.EVAL, self.step // self.accum, scores)
+                    self.writer.write(metric_keys.EVAL, self.step, scores)
                     figures.update(scores)
                 if self._checkpoint_due():
                     self._save()
@@ -203,9 +208,7 @@ class Run:
     def _stop_due(self, figures: dict[str, Any] | None) -> stops.Stop | None:
         """The Stop of this step, if the run stops itself here: after too many non-finite
         steps, or when a watch says so at an evaluation (``figures`` not None)."""
-        if self.step % self.accum:
-            return None
-        step = self.step // self.accum
+        step = self.step
         stop = self.nonfinite.stop(step)
         if figures is None:
             return stop
@@ -238,8 +241,6 @@ class Run:
         clock = self.checkpoint_clock
         if clock is None or self.step == self.total_steps:
             return self._due(self.config.train.checkpoint_every)
-        if self.step % self.accum:
-            return False  # within an accumulated step
         if jax.process_count() == 1:
             return clock.due()
         # Every process must save the same step, and their clocks differ: process 0 decides,
@@ -252,8 +253,7 @@ class Run:
 
     def _train_step(self) -> None:
         self.profile.before(self.step)
-        batch = next(self.data.iterator)
-        self.window.padding.append(pipeline.padding_fraction(batch))
+        batch = self._next_batch()
         self.state, metrics = self.executor.train(self.state, batch, self.dropout_key)
         self.window.pending.append(metrics)
         # Waiting for one scalar of an older step bounds how far the host runs ahead without
@@ -264,6 +264,17 @@ class Run:
         self.step += 1
         self.profile.after(self.step, metrics)
 
+    def _next_batch(self) -> dict[str, np.ndarray]:
+        """The next optimizer step's batch: ``accum`` micro-batches of the iterator, stacked
+        on a leading axis when more than one (the train step's input, step.train_step). A
+        checkpoint comes between steps, so the data position it saves is a step's end."""
+        micro = [next(self.data.iterator) for _ in range(self.accum)]
+        self.window.padding.append(float(np.mean([batching.padding_fraction(b)
+                                                  for b in micro])))
+        if self.accum == 1:
+            return micro[0]
+        return {k: np.stack([b[k] for b in micro]) for k in micro[0]}
+
     def _fetch_metrics(self) -> None:
         """Brings the steps' metrics to the host and counts the skipped steps (which may
         stop the run)."""
@@ -272,21 +283,21 @@ class Run:
 
     def _log_train(self) -> None:
         self._fetch_metrics()
-        scalars = self.window.summarise(self.step, self.accum, self.mfu)
+        scalars = self.window.summarise(self.step, self.mfu)
         scalars[metric_keys.SKIPPED_LONG_PAIRS] = self.data.length_filter.skipped
         scalars[metric_keys.NONFINITE_STEPS] = self.nonfinite.total
         self.train_loss = scalars.get(metric_keys.LOSS, float("nan"))  # nan: all skipped
-        self.writer.write(metric_keys.TRAIN, self.step // self.accum, scalars)
+        self.writer.write(metric_keys.TRAIN, self.step, scalars)
 
     def _evaluate(self) -> None:
-        batches = pipeline.eval_batches(self.eval_ids, self.tokenizer,
+        batches = batching.eval_batches(self.eval_ids, self.tokenizer,
                                         max_len=self.config.data.max_len,
                                         rows=self.eval_rows,
                                         max_batches=self.config.train.eval_batches)
         self.final = loss_over_batches(
             functools.partial(self.executor.evaluate, self.state),
-            (pipeline.process_rows(b, jax.process_index(), jax.process_count()) for b in batches))
-        self.writer.write(metric_keys.EVAL, self.step // self.accum, self.final)
+            (batching.process_rows(b, jax.process_index(), jax.process_count()) for b in batches))
+        self.writer.write(metric_keys.EVAL, self.step, self.final)
 
     def _save(self) -> None:
         """A checkpoint of this step (once), with the data position and the counts."""
@@ -312,7 +323,7 @@ class Run:
         """The end of a finished run: the test split decoded with the averaged model (both
         BLEUs, its hypotheses and references under eval/), samples, final_metrics.json,
         pictures."""
-        c, step = self.config, self.total_steps // self.accum
+        c, step = self.config, self.total_steps
         params, averaged = self._final_params()
         final = {**self.final, metric_keys.AVERAGED_STEPS: averaged}
         if c.train.bleu_sentences or c.train.samples:

@@ -1,0 +1,410 @@
+"""The train step as XLA compiles it for a device, and what that says before a step runs:
+memory a device, matmul FLOPs, collectives, and whether it fits.
+
+    step = compiled.train_step(config, devices)        # compile-only devices, or real ones
+    step.memory.peak_bytes, step.matmul_flops, step.all_reduced
+
+The step is the executor's own (``step.make_executor``'s jitted train function) lowered on
+abstract arrays (nothing is allocated) for the config's batch: ``data.tokens_per_batch`` over
+rows of ``data.row_len`` (``data.max_len`` when the row length is chosen from the data)
+slots a micro-batch, ``optim.grad_accum_steps`` micro-batches a step (one program, which
+runs them in a loop: its FLOPs are the whole optimizer step's).
+
+Memory a device is XLA's buffer assignment (``memory_analysis``): arguments (the state and
+the batch) + outputs - what outputs share with donated arguments + temporaries. FLOPs are
+counted from the compiled module's matrix products (``dot`` instructions, the GPU's cuBLAS
+calls, the convolutions a TPU turns them into), which is what
+:mod:`transformer_jax.model.params` counts (6 FLOPs a parameter a token, and attention's two
+products); XLA's own cost analysis is given beside it, with the
+elementwise work too. ``Compiled.cost_analysis()`` gives nothing for a compile-only GPU
+executable, so that figure is XLA's HLO cost analysis of the compiled module run through the
+CPU client.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from transformer_jax.data import batching
+from transformer_jax.errors import UserError
+from transformer_jax.model import params as params_lib
+from transformer_jax.model.losses import BATCH_FIELDS
+from transformer_jax.training.step import create_train_state, make_executor
+
+# Memory a device's allocator may hand out that a compiled step may plan to use: XLA's
+# buffer assignment on a compile-only GPU is made without autotuning (no device to time
+# on), so a real GPU may pick other GEMM and fusion kernels whose workspaces differ, and the
+# allocator fragments. Ten per cent of an 80 GB H100's allocator limit (~6 GB at JAX's
+# default 75%) is several times the largest workspace cuBLAS or a Triton fusion asks for.
+HEADROOM = 0.10
+# JAX's GPU allocator takes this fraction of a GPU's memory unless
+# XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise (TPUs give XLA their whole HBM).
+DEFAULT_GPU_MEM_FRACTION = 0.75
+# cuBLAS's matrix products as the GPU compiler writes them (custom calls).
+GEMM_CALLS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8")
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """Bytes a device for one compiled step (``memory_analysis``), the state's share of the
+    arguments split into parameters and optimizer state."""
+
+    arguments: int
+    outputs: int
+    aliased: int
+    temporaries: int
+    code: int
+    parameters: int
+    optimizer: int
+
+    @property
+    def peak_bytes(self) -> int:
+        """Arguments + outputs not sharing a donated argument's buffer + temporaries + code."""
+        return self.arguments + self.outputs - self.aliased + self.temporaries + self.code
+
+    @property
+    def batch(self) -> int:
+        return max(self.arguments - self.parameters - self.optimizer, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One compiled train step and its figures (all a device)."""
+
+    compiled: Any
+    memory: Memory
+    matmul_flops: float  # the module's matrix products, per device, all micro-batches
+    xla_flops: float  # XLA's HLO cost analysis: every instruction
+    all_reduced: int  # elements the module's all-reduces sum over devices
+    rows: int  # global rows of a micro-batch
+    row_len: int
+    num_devices: int
+    compile_seconds: float
+
+    @property
+    def tokens(self) -> int:
+        """Token slots a side of one micro-batch, over all devices."""
+        return self.rows * self.row_len
+
+
+def row_len_of(config: ml_collections.ConfigDict) -> int:
+    """The rows' slots without data at hand: ``data.row_len``, else ``data.max_len``."""
+    return config.data.row_len or config.data.max_len
+
+
+def abstract_state(config: ml_collections.ConfigDict) -> Any:
+    """The train state of ``config`` as ShapeDtypeStructs (nothing allocated)."""
+    model_config = params_lib.model_config_of(config)
+    return jax.eval_shape(lambda: create_train_state(config, model_config, jax.random.key(0)))
+
+
+KEY = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
+
+
+def _lower_args(executor: Any, state: Any, rows: int, row_len: int,
+                micro_batches: int = 1) -> tuple:
+    """(state, batch, key) as the executor's jitted train function takes them: a batch of
+    ``micro_batches`` stacked micro-batches of ``rows`` x ``row_len`` when above 1."""
+    stack = (micro_batches,) if micro_batches > 1 else ()
+    if executor.kind == "pmap":
+        n = len(executor.devices)
+        replicated = jax.tree.map(lambda x: jax.ShapeDtypeStruct((n, *x.shape), x.dtype), state)
+        batch = {f: jax.ShapeDtypeStruct((n, *stack, rows // n, row_len), jnp.int32)
+                 for f in BATCH_FIELDS}
+        return replicated, batch, KEY
+    batch = {f: jax.ShapeDtypeStruct((*stack, rows, row_len), jnp.int32) for f in BATCH_FIELDS}
+    return state, batch, KEY
+
+
+def batch_rows(config: ml_collections.ConfigDict, num_devices: int, processes: int = 1) -> int:
+    """Global rows of one micro-batch for ``config`` on ``num_devices`` devices."""
+    per_process = num_devices // processes
+    shape = batching.batch_shape(config.data.tokens_per_batch, row_len_of(config),
+                                 config.optim.grad_accum_steps, per_process, processes)
+    return shape.rows
+
+
+def lower_train_step(config: ml_collections.ConfigDict, devices: Sequence[jax.Device],
+                     rows: int | None = None) -> tuple[Any, Any, int]:
+    """(lowered train step, abstract state, rows) of ``config`` on ``devices``."""
+    processes = len({d.process_index for d in devices})
+    rows = rows or batch_rows(config, len(devices), processes)
+    state = abstract_state(config)
+    model_config = params_lib.model_config_of(config)
+    executor = make_executor(config, model_config, state, devices=devices)
+    args = _lower_args(executor, state, rows, row_len_of(config),
+                       config.optim.grad_accum_steps)
+    return executor._train.lower(*args), state, rows
+
+
+def _state_bytes(tree: Any, devices: int, model_parallel: int, kind: str) -> int:
+    """Bytes of ``tree`` (abstract arrays) one device holds: whole under pmap and on a
+    one-device model axis, the model-split leaves divided by ``model_parallel`` otherwise."""
+    from transformer_jax.training import parallel
+
+    total = 0
+    for path, x in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        size = math.prod(x.shape) * np.dtype(x.dtype).itemsize
+        if kind == "sharded" and model_parallel > 1:
+            spec = parallel.param_spec(parallel._path_string(path), x.shape, model_parallel)
+            if parallel.MODEL in jax.tree.leaves(tuple(spec)):
+                size //= model_parallel
+        total += size
+    return total
+
+
+def memory_of(compiled: Any, state: Any, config: ml_collections.ConfigDict,
+              num_devices: int) -> Memory:
+    """:class:`Memory` of a compiled train step of ``config`` whose state is ``state``."""
+    m = compiled.memory_analysis()
+    kind, mp = config.train.parallel, config.train.model_parallel
+    return Memory(arguments=m.argument_size_in_bytes, outputs=m.output_size_in_bytes,
+                  aliased=m.alias_size_in_bytes, temporaries=m.temp_size_in_bytes,
+                  code=m.generated_code_size_in_bytes,
+                  parameters=_state_bytes(state.params, num_devices, mp, kind),
+                  optimizer=_state_bytes(state.opt_state, num_devices, mp, kind))
+
+
+def hlo_modules(compiled: Any) -> list[Any]:
+    return compiled.runtime_executable().hlo_modules()
+
+
+def _dims(shape: Any) -> tuple[int, ...]:
+    return tuple(shape.dimensions())
+
+
+def _contracting(text: str, key: str) -> list[int]:
+    """Dimension numbers of ``key`` in an instruction's text (HLO attribute or JSON)."""
+    match = re.search(rf"{key}=\{{([\d,]*)\}}", text)
+    if match:
+        return [int(d) for d in match.group(1).split(",") if d]
+    match = re.search(rf'"{key}ensions"\s*:\s*\[([^\]]*)\]', text)
+    if match:
+        return [int(d.strip().strip('"')) for d in match.group(1).split(",") if d.strip()]
+    raise ValueError(f"no {key} in {text[:200]}")
+
+
+_CALLS = re.compile(r"\b(calls|to_apply|body|condition)=%?([\w.\-]+)")
+_CALL_LISTS = re.compile(r"\b(?:branch_computations|called_computations)=\{([^}]*)\}")
+
+
+def _trip_counts(module: Any) -> dict[str, int]:
+    """{computation name: how many times a step runs it}: a while loop's body runs its known
+    trip count times its caller's count, and whatever a computation calls (fusions, calls,
+    reductions, branches) as often as the computation itself. A computation nobody calls
+    (the entry) runs once; a loop without a known trip count is counted once."""
+    calls: dict[str, list[tuple[str, int]]] = {}  # callee: [(caller, times a caller's run)]
+    names = []
+    for computation in module.computations():
+        names.append(computation.name)
+        for instruction in computation.instructions():
+            text = instruction.to_string()
+            trips = 1
+            if instruction.opcode.name == "kWhile":
+                found = re.search(r'"known_trip_count":\{"n":"(\d+)"', text)
+                trips = int(found.group(1)) if found else 1
+            for key, callee in _CALLS.findall(text):
+                calls.setdefault(callee, []).append(
+                    (computation.name, trips if key == "body" else 1))
+            for group in _CALL_LISTS.findall(text):
+                for callee in re.findall(r"%?([\w.\-]+)", group):
+                    calls.setdefault(callee, []).append((computation.name, 1))
+    counts: dict[str, int] = {}
+
+    def count(name: str, seen: frozenset = frozenset()) -> int:
+        if name not in counts:
+            callers = [(c, t) for c, t in calls.get(name, []) if c not in seen]
+            counts[name] = (sum(count(c, seen | {name}) * t for c, t in callers)
+                            if callers else 1)
+        return counts[name]
+
+    return {name: count(name) for name in names}
+
+
+def matmul_flops(modules: Sequence[Any]) -> float:
+    """FLOPs of the matrix products of compiled HLO modules (one device's program): 2 x the
+    output's elements x the contracted size, for every ``dot``, cuBLAS call and convolution
+    (a TPU compiles its products to convolutions), times the trip count of a loop body it
+    sits in (however deeply: a fusion inside a loop's body runs as often as the body)."""
+    total = 0.0
+    for module in modules:
+        trips = _trip_counts(module)
+        for computation in module.computations():
+            repeat = trips.get(computation.name, 1)
+            for instruction in computation.instructions():
+                opcode = instruction.opcode.name
+                text = None
+                if opcode == "kConvolution":  # a TPU's matrix products
+                    text = instruction.to_string()
+                    labels = re.search(r"dim_labels=\w+_(\w+)->", text).group(1)
+                    rhs = _dims(instruction.operands()[1].shape)
+                    # Each output element sums the kernel's entries of one output feature.
+                    total += (repeat * 2.0 * math.prod(_dims(instruction.shape))
+                              * math.prod(rhs) / rhs[labels.index("o")])
+                    continue
+                if opcode == "kDot":
+                    text = instruction.to_string()
+                    key = "lhs_contracting_dims"
+                elif opcode == "kCustomCall":
+                    text = instruction.to_string()
+                    if not any(f'custom_call_target="{t}"' in text for t in GEMM_CALLS):
+                        continue
+                    key = "lhs_contracting_dim"
+                else:
+                    continue
+                lhs = _dims(instruction.operands()[0].shape)
+                out = instruction.shape
+                if out.is_tuple():  # cuBLAS returns (result, workspace)
+                    out = out.tuple_shapes()[0]
+                contracted = math.prod(lhs[d] for d in _contracting(text, key))
+                total += repeat * 2.0 * math.prod(_dims(out)) * contracted
+    return total
+
+
+def xla_flops(modules: Sequence[Any]) -> float:
+    """XLA's HLO cost analysis of the modules (every instruction), run by the CPU client."""
+    from jax._src.lib import _jax
+
+    client = jax.devices("cpu")[0].client
+    return sum(_jax.hlo_module_cost_analysis(client, m).get("flops", 0.0) for m in modules)
+
+
+ALL_REDUCES = ("kAllReduce", "kAllReduceStart")
+
+
+def all_reduced_elements(modules: Sequence[Any]) -> int:
+    """Elements the modules' all-reduces sum over devices (each operand's elements, once)."""
+    total = 0
+    for m in modules:
+        for c in m.computations():
+            for i in c.instructions():
+                if i.opcode.name in ALL_REDUCES:
+                    total += sum(math.prod(_dims(o.shape)) for o in i.operands()
+                                 if o.shape.is_array())
+    return total
+
+
+def train_step(config: ml_collections.ConfigDict, devices: Sequence[jax.Device],
+               rows: int | None = None, options: dict[str, Any] | None = None) -> Step:
+    """Compiles ``config``'s train step for ``devices`` and measures it."""
+    import time
+
+    start = time.perf_counter()
+    lowered, state, rows = lower_train_step(config, devices, rows)
+    compiled = lowered.compile(options)
+    seconds = time.perf_counter() - start
+    modules = hlo_modules(compiled)
+    return Step(compiled=compiled, memory=memory_of(compiled, state, config, len(devices)),
+                matmul_flops=matmul_flops(modules), xla_flops=xla_flops(modules),
+                all_reduced=all_reduced_elements(modules), rows=rows,
+                row_len=row_len_of(config), num_devices=len(devices),
+                compile_seconds=seconds)
+
+
+def model_flops(config: ml_collections.ConfigDict, tokens: int) -> float:
+    """:mod:`transformer_jax.model.params`' training FLOPs for ``tokens`` target tokens
+    (source as many), all devices together."""
+    model_config = params_lib.model_config_of(config)
+    return float(params_lib.train_flops_per_token(model_config, row_len_of(config))) * tokens
+
+
+def usable_bytes(device_bytes: int, platform: str, mem_fraction: float | None = None) -> int:
+    """What XLA's allocator may use of a device of ``device_bytes``: JAX's GPU allocator
+    takes ``XLA_PYTHON_CLIENT_MEM_FRACTION`` (default 0.75) of a GPU; a TPU's XLA all of it."""
+    if platform in ("cuda", "gpu", "rocm"):
+        import os
+
+        if mem_fraction is None:
+            mem_fraction = float(os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION",
+                                                DEFAULT_GPU_MEM_FRACTION))
+        return int(device_bytes * mem_fraction)
+    return device_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """Whether a step needing ``need`` bytes a device fits an allocator limit of ``limit``
+    with :data:`HEADROOM` left over."""
+
+    need: int
+    limit: int
+    headroom: float = HEADROOM
+
+    @property
+    def budget(self) -> int:
+        return int(self.limit * (1 - self.headroom))
+
+    @property
+    def fits(self) -> bool:
+        return self.need <= self.budget
+
+
+def describe_memory(memory: Memory) -> str:
+    g = 2 ** 30
+    return (f"{memory.peak_bytes / g:.2f} GiB a device (parameters {memory.parameters / g:.2f}, "
+            f"optimizer state {memory.optimizer / g:.2f}, batch {memory.batch / g:.2f}, "
+            f"temporaries {memory.temporaries / g:.2f})")
+
+
+def check_fits(executor: Any, state: Any, config: ml_collections.ConfigDict, rows: int,
+               row_len: int) -> Fit | None:
+    """Before a run's first step: the executor's train step, compiled for the run's batch
+    (``rows`` x ``row_len`` a micro-batch), against the device's allocator limit
+    (``memory_stats()['bytes_limit']``). Raises a UserError naming both when the step does
+    not fit with :data:`HEADROOM` left (:func:`decide`); returns the Fit, or None without
+    compiling where the device reports no limit (a CPU). JAX keeps the executable, so the
+    first step does not compile it again."""
+    devices = (list(executor.devices) if executor.kind == "pmap"
+               else list(executor.mesh.devices.flat))
+    # Another process's devices cannot be asked (memory_stats needs an addressable device);
+    # every device of a run is of one kind, so this process's first one answers for all.
+    here = [d for d in devices if d.process_index == jax.process_index()]
+    stats = here[0].memory_stats() if here else None
+    if not stats or "bytes_limit" not in stats:
+        return None
+    if executor.kind == "pmap" and jax.process_count() > 1:
+        # pmap over several processes is lowered from each process's own rows; the sharded
+        # path (the one multi-host runs take) is checked.
+        logging.info("memory check skipped: pmap over %d processes", jax.process_count())
+        return None
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x)),
+                            state)
+    step = executor._train.lower(*_lower_args(executor, abstract, rows, row_len,
+                                               config.optim.grad_accum_steps)).compile()
+    memory = memory_of(step, abstract, config, len(devices))
+    fit = decide(memory, int(stats["bytes_limit"]), here[0].device_kind)
+    logging.info("the compiled train step needs %s of %.2f GiB planned (%.0f%% of the "
+                 "allocator's %.2f GiB)", describe_memory(memory), fit.budget / 2 ** 30,
+                 100 * (1 - fit.headroom), fit.limit / 2 ** 30)
+    return fit
+
+
+def decide(memory: Memory, limit: int, device_kind: str) -> Fit:
+    """The start-up decision of :func:`check_fits`, for a device whose allocator hands out
+    ``limit`` bytes: a Fit, or a UserError in one line."""
+    fit = Fit(memory.peak_bytes, limit)
+    if not fit.fits:
+        g = 2 ** 30
+        raise UserError(
+            f"the compiled train step needs {describe_memory(memory)}, more than "
+            f"{fit.budget / g:.2f} GiB ({1 - HEADROOM:.0%} of the {limit / g:.2f} GiB "
+            f"{device_kind}'s allocator limit); lower data.tokens_per_batch or raise "
+            "optim.grad_accum_steps (python -m transformer_jax.plan finds what fits)")
+    return fit
+
+
+def to_json(step: Step) -> str:
+    m = step.memory
+    return json.dumps({"peak_bytes": m.peak_bytes, "temporaries": m.temporaries,
+                       "matmul_flops": step.matmul_flops, "rows": step.rows})
