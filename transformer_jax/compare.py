@@ -1,6 +1,7 @@
 """Write a sweep's comparison report: the command of :mod:`transformer_jax.sweeps.report`.
 
-    python -m transformer_jax.compare runs/heads_ablation [--out=DIR] [--baseline=SETTING]
+    python -m transformer_jax.compare runs/heads_ablation [--out=DIR] [--baseline=SETTING] \
+        [--by_length=16,24,32]
 """
 
 from __future__ import annotations
@@ -16,13 +17,16 @@ from transformer_jax.errors import UserError
 from transformer_jax.sweeps import report
 
 
-def main(argv: Sequence[str], out_flag: Any, baseline_flag: Any) -> None:
+def main(argv: Sequence[str], out_flag: Any, baseline_flag: Any, by_length_flag: Any) -> None:
     with cli.clean_errors():
         if len(argv) != 2:
             raise UserError("give one sweep directory, e.g. "
                             "python -m transformer_jax.compare runs/heads_ablation")
-        paths = report.report(argv[1], out_flag.value, baseline_flag.value)
+        paths = report.report(argv[1], out_flag.value, baseline_flag.value,
+                              by_length_flag.value)
         print(paths["markdown"].read_text())
+        if "by_length_markdown" in paths:
+            print(paths["by_length_markdown"].read_text())
         print("wrote " + ", ".join(str(p) for p in paths.values()))
 
 
@@ -32,4 +36,7 @@ if __name__ == "__main__":
             "out", None, "Where the report goes (default: the sweep's directory)."),
         baseline_flag=flags.DEFINE_string(
             "baseline", None, "The setting others are tested against (default: the base "
-            "variant's, else the first).")))
+            "variant's, else the first)."),
+        by_length_flag=flags.DEFINE_string(
+            "by_length", None, "Also test BLEU by source length: the buckets' upper edges in "
+            "words, e.g. 16,24,32 (1-16, 17-24, 25-32).")))

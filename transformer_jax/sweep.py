@@ -6,8 +6,8 @@
     python -m transformer_jax.sweep configs/table3.py:base --root=runs/lr \
         --grid=optim.lr_scale=0.5,1,2 --grid=optim.warmup_steps=2000,4000 --seeds=3
     python -m transformer_jax.sweep configs/table3.py:base --root=runs/lr_search \
-        --search=tpe --trials=24 --space=optim.lr_scale=log:0.25:4 \
-        --space=optim.warmup_steps=int:100:600 [--prune=asha] [--storage=postgresql://...]
+        --trials=12 --space=optim.lr_scale=log:0.25:4 --space=optim.warmup_steps=int:100:600 \
+        --seeds=3 [--search=auto] [--confirm=2] [--prune=asha] [--storage=postgresql://...]
 
 The first argument is an experiment file or a config file with its variant
 (:mod:`transformer_jax.sweeps.experiment`). Each point trains in ``ROOT/NAME`` with the
@@ -34,7 +34,9 @@ from ml_collections import config_flags
 
 from transformer_jax import cli, config as config_lib
 from transformer_jax.errors import UserError
-from transformer_jax.sweeps import experiment, launchers, run, search, status
+from transformer_jax.sweeps import experiment, launchers, run, samplers, search, search_spec, status
+from transformer_jax.sweeps.search_spec import Search
+from transformer_jax.training import pruners
 
 
 def main(argv: Sequence[str], flag_values: Any) -> None:
@@ -48,7 +50,8 @@ def main(argv: Sequence[str], flag_values: Any) -> None:
             raise UserError(f"--seeds={f.seeds} must be >= 0")
         sweep = experiment.load_experiment(argv[1], f.grid or (), f.seeds, f.space or ())
         overrides = config_flags.get_override_values(flags.FLAGS["config"])
-        how = search.Search(f.search or "tpe", f.trials, f.storage, f.objective, f.prune)
+        how = Search(f.search or "auto", f.trials, f.storage, f.objective,
+                     f.prune or search_spec.DEFAULT_PRUNE, f.confirm, f.search_seed)
         searching = bool(f.search or sweep.space)
         if searching and not sweep.space:
             raise UserError(f"--search={f.search}: give the space to search, e.g. "
@@ -64,15 +67,14 @@ def main(argv: Sequence[str], flag_values: Any) -> None:
         else:
             outcome = run.run_sweep(sweep, f.root, f.launcher, f.scale, f.parallel, f.dry_run,
                                     overrides, experiment=shlex.join(sys.argv[1:]),
-                                    prune=None if f.prune == "none" else how)
+                                    prune=None if f.prune in (None, "none") else how)
         logging.info("%s: %s", sweep.name, run.summary(outcome) or "nothing to start")
         if any(r.startswith("failed") for r in outcome.values()):
             sys.exit(1)
 
 
 if __name__ == "__main__":
-    flags.DEFINE_string("root", None, "Directory of the sweep: one workdir per point.")
-    flags.mark_flag_as_required("root")
+    cli.define_path_flag("root", "Directory of the sweep: one workdir per point.")
     flags.DEFINE_enum("launcher", "local", launchers.names(), "; ".join(
         f"{name}: {launchers.get(name).help}" for name in launchers.names()) + ".")
     flags.DEFINE_enum("scale", "paper", list(config_lib.SCALES),
@@ -85,19 +87,27 @@ if __name__ == "__main__":
     flags.DEFINE_integer("seeds", 0, "Replicate every point over K seeds (initialisation, "
                          "dropout and data order); 0: the config's seeds alone.")
     flags.DEFINE_bool("status", False, "Print where every point stands; start nothing.")
-    flags.DEFINE_enum("search", None, list(search.SAMPLERS), "Search the --space with this "
-                      "Optuna sampler (seeded from train.seed) instead of running a grid.")
+    flags.DEFINE_enum("search", None, samplers.names(), "Search the --space instead of "
+                      "running a grid, with this sampler: " + "; ".join(
+                          f"{n}: {samplers.get(n).help}" for n in samplers.names())
+                      + ". Default auto when --space is given.")
     flags.DEFINE_multi_string("space", [], "A dimension of the search, FIELD=log:LOW:HIGH, "
                               "FIELD=LOW:HIGH, FIELD=int:LOW:HIGH or FIELD=choice:V1,V2,... "
                               "(repeatable), e.g. --space=optim.lr_scale=log:0.25:4.")
-    flags.DEFINE_integer("trials", 20, "Trials of a search, counting those done (raise it "
-                         "to extend a search).")
+    flags.DEFINE_integer("trials", 20, "Trials a search explores, counting those done (raise "
+                         "it to extend a search).")
+    flags.DEFINE_integer("confirm", search_spec.DEFAULT_CONFIRM, "After exploring with the "
+                         "first seed, train the best K settings on the other --seeds and rank "
+                         "them on the mean; 0: every trial trains every seed.")
+    flags.DEFINE_integer("search_seed", None, "The search's seed (its samplers' draws); "
+                         "default the config's train.seed.")
     flags.DEFINE_string("objective", "perplexity", "The validation figure a search optimizes:"
                         " perplexity, loss, nll (minimized) or bleu (maximized).")
-    flags.DEFINE_enum("prune", "none", list(search.PRUNERS), "Stop trials (or grid points) "
-                      "that fall behind, judged at each evaluation by Optuna's pruner.")
+    flags.DEFINE_enum("prune", None, list(pruners.names()), "Stop trials (or grid points) "
+                      "that fall behind, judged at each evaluation: " + "; ".join(
+                          pruners.help_lines()) + f". A search's default: "
+                      f"{search_spec.DEFAULT_PRUNE}; a grid's: none.")
     flags.DEFINE_string("storage", "", "The study's database (a SQLAlchemy URL, e.g. "
                         "postgresql://user@host/db); default ROOT/study.journal.")
-    config_flags.DEFINE_config_dict("config", config_lib.base_config(),
-                                    "Overrides for every point, e.g. --config.train.seed=1.")
+    cli.define_overrides_flag("Overrides for every point, e.g. --config.train.seed=1.")
     cli.run(functools.partial(main, flag_values=flags.FLAGS))

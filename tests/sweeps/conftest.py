@@ -1,11 +1,9 @@
 """The sweeps' fixtures: a real one-node SLURM cluster (tests/slurm_cluster.py) for the SLURM
 launcher's tests."""
 
-import os
-
 import pytest
 
-from .. import slurm_cluster
+from .. import needs, slurm_cluster
 
 
 @pytest.fixture(scope="session")
@@ -15,9 +13,8 @@ def slurm(tmp_path_factory):
     SLURM's programs the tests skip, except in CI (``CI=true``), where they fail."""
     missing = slurm_cluster.missing()
     if missing:
-        stop = pytest.fail if os.environ.get("CI") == "true" else pytest.skip
-        stop(f"SLURM is not installed (no {', '.join(missing)}): apt-get install "
-             f"{slurm_cluster.PACKAGES}")
+        needs.missing(f"SLURM is not installed (no {', '.join(missing)}): apt-get install "
+                      f"{slurm_cluster.PACKAGES}")
     cluster = slurm_cluster.Cluster(tmp_path_factory.mktemp("slurm"))
     yield cluster
     cluster.stop()

@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from transformer_jax.data import pipeline
+from transformer_jax.data import order
 from transformer_jax.errors import UserError
 from transformer_jax.model.params import init_params
 from transformer_jax.sweeps import hyper
@@ -78,7 +78,7 @@ def test_command_line_grid_over_a_config_file():
 
 @pytest.mark.parametrize("grid,message", [
     ("optim.learning_rate=1,2", "unknown config field optim.learning_rate"),
-    ("optim.warmup_steps=100,abc", "optim.warmup_steps='abc' is not a int"),
+    ("optim.warmup_steps=100,abc", "optim.warmup_steps='abc' is not an int"),
     ("model.share_embeddings=yes", "model.share_embeddings='yes' is not a bool"),
     ("optim.lr_scale", "give FIELD=VALUE,VALUE"),
 ])
@@ -102,7 +102,7 @@ def test_seeds_reach_initialisation_and_data_order():
     first = [np.asarray(x) for x in jax.tree.leaves(params[0])]
     second = [np.asarray(x) for x in jax.tree.leaves(params[1])]
     assert any(not np.array_equal(a, b) for a, b in zip(first, second, strict=True))
-    orders = [list(pipeline.epoch_order(50, c.data.shuffle_seed)) for c in configs]
+    orders = [list(order.epoch_order(50, c.data.shuffle_seed)) for c in configs]
     assert sorted(orders[0]) == sorted(orders[1]) and orders[0] != orders[1]
 
 

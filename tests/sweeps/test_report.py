@@ -231,6 +231,7 @@ def test_a_metric_registered_in_one_place_is_in_every_table(replicated_root, tmp
         report_metrics.get("dev_nl")
 
 
+@pytest.mark.slow
 def test_significance_marks_the_clearly_better_and_not_the_identical(replicated_root, tmp_path):
     paths = compare.report(replicated_root, tmp_path)
     sets = _rows(paths["markdown"], "Settings")

@@ -1,10 +1,11 @@
 """Searches: trials asked of an Optuna study, trained, told; resumed without asking again;
-two controllers sharing one study through the journal file and through PostgreSQL; stopped
-runs told PRUNED; the status, the report and optuna-dashboard of a study."""
+two controllers sharing one study through the journal file and through PostgreSQL, drawing
+distinct values and taking an abandoned trial once; exploring on one seed and confirming the
+best on the others; stopped runs told PRUNED; a bucket root without --storage; the status,
+the report and optuna-dashboard of a study."""
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,8 +17,16 @@ import pytest
 from absl import app  # noqa: F401 -- its flags defined before the commands run here
 
 from transformer_jax.io import workdirs
-from transformer_jax.sweeps import launchers, search
+from transformer_jax.sweeps import (
+    controller as controller_lib,
+    launchers,
+    samplers,
+    search,
+    study as study_lib,
+)
 from transformer_jax.sweeps.experiment import load_experiment
+from transformer_jax.sweeps.search_spec import Search
+from transformer_jax.training import studies
 
 from ..gcs_emulator import free_port
 from ..helpers import ROOT, run_command, tiny_overrides
@@ -46,7 +55,7 @@ def experiment_file(path, data_dir, name="lr_search"):
 
 
 def study_of(root, name="lr_search", storage=""):
-    return search.load_study(name, search.storage_url(str(root), storage))
+    return study_lib.load_study(name, study_lib.storage_url(str(root), storage))
 
 
 def trial_dirs(root):
@@ -62,7 +71,7 @@ def final_value(root, name):
 def test_a_search_resumes_without_asking_again_and_extends(tmp_path, builtin_data_dir):
     sweep = load_experiment(experiment_file(tmp_path / "lr.py", builtin_data_dir))
     root = tmp_path / "root"
-    outcome = search.run_search(sweep, str(root), search.Search("tpe", 2), parallel=2)
+    outcome = search.run_search(sweep, str(root), Search("tpe", 2), parallel=2)
     assert sorted(outcome) == ["trial=0", "trial=1"]
     study = study_of(root)
     trials = study.get_trials()
@@ -84,29 +93,29 @@ def test_a_search_resumes_without_asking_again_and_extends(tmp_path, builtin_dat
     stamps = {n: (root / n / "final_metrics.json").stat().st_mtime for n in names}
 
     # Again: nothing asked, nothing trained.
-    assert search.run_search(sweep, str(root), search.Search("tpe", 2)) == {}
+    assert search.run_search(sweep, str(root), Search("tpe", 2)) == {}
     assert len(study_of(root).trials) == 2 and trial_dirs(root) == names
     assert {n: (root / n / "final_metrics.json").stat().st_mtime for n in names} == stamps
 
     # --trials=3 adds exactly one.
-    assert list(search.run_search(sweep, str(root), search.Search("tpe", 3))) == ["trial=2"]
+    assert list(search.run_search(sweep, str(root), Search("tpe", 3))) == ["trial=2"]
     assert len(study_of(root).trials) == 3 and len(trial_dirs(root)) == 3
 
-    # A trial left running by a controller that is gone is launched again, not asked anew.
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
+    # A trial left running by a controller that is gone is retired and its copy run.
     study = study_of(root)
     trial = study.ask({d.field: d.distribution() for d in sweep.space})
-    trial.set_user_attr(search.CLAIM, {"host": socket.gethostname(), "pid": int(gone),
-                                       "since": workdirs.now(), "heartbeat": workdirs.now()})
-    assert list(search.run_search(sweep, str(root), search.Search("tpe", 4))) == ["trial=3"]
+    trial.set_user_attr(study_lib.CLAIM, gone_claim())
+    assert list(search.run_search(sweep, str(root), Search("tpe", 4))) == ["trial=4"]
     trials = study_of(root).get_trials()
-    assert len(trials) == 4 and trials[3].state == optuna.trial.TrialState.COMPLETE
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3 + ["FAIL", "COMPLETE"]
+    assert trials[4].params == trials[3].params and trials[4].user_attrs["retry_of"] == 3
+    trials = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
 
-    # The status: every trial's point, and the best so far.
-    lines = search.status_lines(sweep, str(root), search.Search("tpe", 4))
+    # The status: every trial's point, the phase, the compute, and the best so far.
+    lines = search.status_lines(sweep, str(root), Search("tpe", 4))
     best = min(trials, key=lambda t: t.value)
-    assert lines[-2] == "search lr_search: 4 trials: 4 complete"
+    assert lines[-3] == "phase: done, 4 trials (4 complete)"
+    assert lines[-2].startswith(f"compute: {4 * 4} training steps, ")
     assert lines[-1].startswith(f"best so far: trial {best.number} (optim.lr_scale=")
     assert lines[-1].endswith(f"perplexity {best.value:.4g}")
     assert sum(" finished " in line for line in lines) == 4
@@ -119,6 +128,14 @@ def test_a_search_resumes_without_asking_again_and_extends(tmp_path, builtin_dat
     assert f"| {best.number} | {best.params['optim.lr_scale']:.4g} |" in text
     for png in ("search_history.png", "search_importances.png", "search_slices.png"):
         assert (root / png).stat().st_size > 1000
+
+
+def gone_claim():
+    """The claim of a controller whose process has ended."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    return {"host": socket.gethostname(), "pid": int(gone), "since": workdirs.now(),
+            "heartbeat": workdirs.now()}
 
 
 def _two_controllers(tmp_path, data_dir, storage=""):
@@ -179,11 +196,12 @@ def test_a_stopped_run_is_told_pruned_and_a_finished_one_its_value(tmp_path):
                             space=["optim.lr_scale=log:0.25:4"])
     root = tmp_path / "root"
     root.mkdir()
-    controller = search.Controller(sweep, str(root), launchers.get("local"), "demo",
-                                   search.Search("random", 3), {}, sys.executable, "")
-    controller.open(0, stops.open_storage(controller.url))
-    numbers = [controller.ask() for _ in range(3)]
-    assert numbers == [0, 1, 2] and controller.ask() is None  # --trials=3 asked
+    controller = controller_lib.Controller(sweep, str(root), launchers.get("local"), "demo",
+                                           Search("random", 3, confirm=0), {}, sys.executable,
+                                           "")
+    controller.open(studies.open_storage(controller.url))
+    numbers = [controller.next() for _ in range(3)]
+    assert numbers == [0, 1, 2] and controller.next() is None  # --trials=3 asked
     points = {n: controller.points(n) for n in numbers}
     assert [p.name.rsplit(",", 1)[1] for p in points[0]] == ["seed=0", "seed=1"]
     steps = controller.config(points[0][0], 0)[0].train.num_steps
@@ -205,7 +223,8 @@ def test_a_stopped_run_is_told_pruned_and_a_finished_one_its_value(tmp_path):
     assert trials[0].value == 2.5
     assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED", "PRUNED"]
     assert trials[1].user_attrs["stopped"] == "diverged"
-    lines = search.status_lines(sweep, str(root), search.Search("random", 3), "demo")
+    lines = search.status_lines(sweep, str(root), Search("random", 3, confirm=0), "demo")
+    assert lines[-3] == "phase: done, 3 trials (1 complete, 2 pruned)"
     assert lines[-1] == "best so far: trial 0 (optim.lr_scale=" \
         f"{float(format(trials[0].params['optim.lr_scale'], '.2g'))}): perplexity 2.5"
     assert any(" diverged (at step 100 of " in line for line in lines), lines
@@ -235,7 +254,8 @@ def test_optuna_dashboard_lists_the_trials_of_a_study(tmp_path):
     from ..analysis.test_visualize import _browser
 
     journal = str(tmp_path / "study.journal")
-    study = search.open_study("dash", journal, "minimize", "random", 0)
+    study = study_lib.open_study("dash", journal, "minimize", samplers.build(
+        "random", samplers.Budget(3, ())))
     for value in (4.0, 3.0, 3.5):
         trial = study.ask({"optim.lr_scale": optuna.distributions.FloatDistribution(
             0.25, 4, log=True)})
@@ -266,7 +286,9 @@ def test_optuna_dashboard_lists_the_trials_of_a_study(tmp_path):
         finally:
             browser.quit()
     finally:
-        server.send_signal(signal.SIGINT)
+        # SIGTERM, not SIGINT: a shell starting the tests in the background ignores SIGINT
+        # for them, and the server inherits that.
+        server.terminate()
         server.wait(timeout=30)
 
 
@@ -285,7 +307,7 @@ def test_a_pruned_grid_makes_each_point_a_trial(tmp_path, builtin_data_dir):
         f"                 overrides={tiny_overrides(builtin_data_dir, **SHORT)!r})\n")
     root = tmp_path / "root"
     outcome = run_sweep(load_experiment(str(experiment)), str(root), "local", parallel=2,
-                        prune=search.Search(prune="median", trials=1))
+                        prune=Search(prune="median", trials=1))
     assert sorted(outcome) == ["lr_scale=0.5", "lr_scale=2"]
     trials = study_of(root, "lr_grid").get_trials()
     assert len(trials) == 2
@@ -299,6 +321,263 @@ def test_a_pruned_grid_makes_each_point_a_trial(tmp_path, builtin_data_dir):
         assert config["search"]["prune"] == "median" and config["search"]["trial"] == t.number
     # Again: both finished, skipped; no trial asked.
     again = run_sweep(load_experiment(str(experiment)), str(root), "local",
-                      prune=search.Search(prune="median", trials=1))
+                      prune=Search(prune="median", trials=1))
     assert set(again.values()) == {"skipped: finished"}
     assert len(study_of(root, "lr_grid").get_trials()) == 2
+
+
+# ----------------------------------------------------------------------------------------
+# Controllers that never collide
+
+
+CONTROLLER = """
+import os, sys, time, json
+from transformer_jax.sweeps import controller, launchers
+from transformer_jax.sweeps.experiment import load_experiment
+from transformer_jax.sweeps.search_spec import Search
+from transformer_jax.training import studies
+root, sampler, go = sys.argv[1], sys.argv[2], sys.argv[5]
+trials, asks = int(sys.argv[3]), int(sys.argv[4])
+sweep = load_experiment("configs/table3.py:base", space=["optim.lr_scale=log:0.25:4",
+                        "optim.warmup_steps=int:100:600", "model.dropout_rate=0:0.3"])
+c = controller.Controller(sweep, root, launchers.get("local"), "demo",
+                          Search(sampler, trials, storage=os.environ.get("STORAGE", "")),
+                          {}, sys.executable, "")
+c.open(studies.open_storage(c.url))
+while not os.path.exists(go):
+    time.sleep(0.01)
+print(json.dumps([c.next() for _ in range(asks)]))
+"""
+
+
+def race(root, sampler, trials, asks, storage=""):
+    """Two controller processes, started together on ``root``'s study once both have opened
+    it, each asking ``asks`` times; the numbers each got."""
+    go = root / "go"
+    env = {**os.environ, "STORAGE": storage}
+    procs = [subprocess.Popen([sys.executable, "-c", CONTROLLER, str(root), sampler,
+                               str(trials), str(asks), str(go)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    deadline = time.time() + 120
+    while time.time() < deadline and not (root / "study.journal").exists() and not storage:
+        time.sleep(0.1)
+    time.sleep(3.0)  # both have imported and opened the study
+    go.write_text("")
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    return [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
+
+
+@pytest.mark.parametrize("sampler", ["random", "qmc", "tpe"])
+def test_two_controllers_opened_on_an_empty_study_draw_distinct_values(tmp_path, sampler):
+    # Both open the study before either asks, as two controllers started together do, and
+    # then ask in turn, each through its own storage object.
+    sweep = load_experiment("configs/table3.py:base", space=[
+        "optim.lr_scale=log:0.25:4", "optim.warmup_steps=int:100:600"])
+    root = tmp_path / "root"
+    root.mkdir()
+    both = [controller_lib.Controller(sweep, str(root), launchers.get("local"), "demo",
+                                      Search(sampler, 6), {}, sys.executable, "")
+            for _ in range(2)]
+    for c in both:
+        c.open(studies.open_storage(c.url))
+    assert [both[i % 2].next() for i in range(7)] == [0, 1, 2, 3, 4, 5, None]
+    lr = [t.params["optim.lr_scale"] for t in both[0].study.get_trials()]
+    assert len(set(lr)) == 6, lr
+
+
+# Two controller processes a race: ~10 s each.
+@pytest.mark.slow
+@pytest.mark.parametrize("sampler", ["random", "qmc", "tpe"])
+def test_two_controllers_on_an_empty_study_never_draw_the_same_values(tmp_path, sampler):
+    # Before, both seeded their sampler with the sweep's seed plus the trials counted when
+    # the study opened (0 for both): the same draws. Now each trial's seed is its number's.
+    root = tmp_path / "root"
+    root.mkdir()
+    got = race(root, sampler, trials=8, asks=4)
+    assert sorted(got[0] + got[1]) == list(range(8))
+    trials = study_of(root, "table3_base").get_trials()
+    values = [tuple(sorted(t.params.items())) for t in trials]
+    assert len(values) == 8 and len(set(values)) == 8, values
+    for field in ("optim.lr_scale", "optim.warmup_steps", "model.dropout_rate"):
+        assert len({t.params[field] for t in trials}) >= 7, field  # int warmups may meet once
+
+
+def abandoned_study(url, sweep_name="table3_base"):
+    """A study of one exploring trial left running by a controller that is gone."""
+    study = study_lib.open_study(sweep_name, url, "minimize", samplers.build(
+        "random", samplers.Budget(1, ())))
+    trial = study.ask({"optim.lr_scale": optuna.distributions.FloatDistribution(
+        0.25, 4, log=True), "optim.warmup_steps": optuna.distributions.IntDistribution(100, 600),
+        "model.dropout_rate": optuna.distributions.FloatDistribution(0, 0.3)})
+    for key, value in ((study_lib.CLAIM, gone_claim()), (study_lib.PHASE, study_lib.EXPLORE),
+                       (study_lib.NAMED, trial.number),
+                       (study_lib.POINTS, ["trial=0,lr_scale=1,seed=0"])):
+        trial.set_user_attr(key, value)
+    return trial.params
+
+
+def check_taken_once(got, study):
+    # Exactly one controller took the abandoned trial (as its copy, trial 1); the other,
+    # with --trials=1 reached, found no work.
+    assert sorted(got, key=lambda g: g[0] is None) == [[1], [None]], got
+    trials = study.get_trials()
+    assert [t.state.name for t in trials[:2]] == ["FAIL", "RUNNING"], trials
+    # The other may have asked a new trial as the copy went: told FAIL as surplus, unrun.
+    assert all(t.state.name == "FAIL" and t.user_attrs["dropped"] == "surplus"
+               for t in trials[2:]), trials
+    assert trials[1].params == trials[0].params
+    assert {k: trials[1].user_attrs[k] for k in ("retry_of", "phase", "named", "points")} == {
+        "retry_of": 0, "phase": "explore", "named": 0, "points": ["trial=0,lr_scale=1,seed=0"]}
+
+
+# Two races of two controller processes: ~20 s.
+@pytest.mark.slow
+def test_two_controllers_racing_for_one_abandoned_trial_take_it_once(tmp_path):
+    for attempt in range(2):  # two races: either taken twice fails
+        root = tmp_path / f"root{attempt}"
+        root.mkdir()
+        abandoned_study(str(root / "study.journal"))
+        got = race(root, "random", trials=1, asks=1)
+        check_taken_once(got, study_of(root, "table3_base"))
+
+
+# Two controller processes on a PostgreSQL study: ~40 s with the server's start.
+@pytest.mark.slow
+def test_two_controllers_racing_in_postgresql_take_an_abandoned_trial_once(
+        tmp_path, postgres_server):
+    url = postgres_server.create_database("abandoned")
+    abandoned_study(url)
+    root = tmp_path / "root"
+    root.mkdir()
+    got = race(root, "random", trials=1, asks=1, storage=url)
+    check_taken_once(got, study_lib.load_study("table3_base", url))
+
+
+def test_a_search_rooted_in_a_bucket_asks_for_storage_in_one_line(tmp_path):
+    run = run_command("sweep", "configs/table3.py:base", "--root=gs://bucket/runs/lr",
+                      "--scale=demo", "--space=optim.lr_scale=log:0.25:4", "--trials=4")
+    assert run.returncode == 2, run.stderr[-2000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: a search rooted in a bucket: gs://bucket/runs/lr/"
+                           "study.journal: an Optuna journal file needs a file system that "
+                           "locks"), last
+    assert "--storage=postgresql" in last and "Traceback" not in run.stderr
+
+
+def test_one_rule_says_what_is_a_database():
+    for url, database in (("sqlite:///study.db", True), ("postgresql+psycopg2://u@h/db", True),
+                          ("mysql://u@h/db", True), ("gs://b/study.journal", False),
+                          ("runs/lr/study.journal", False), ("/abs/study.journal", False),
+                          ("runs/a://b", False)):
+        assert studies.is_database(url) is database, url
+    # Training and the controller open, and refuse, through it.
+    with pytest.raises(Exception, match="needs a file system that locks"):
+        studies.open_storage("gs://b/study.journal")
+    assert study_lib.load_study("s", "gs://b/study.journal") is None
+
+
+# ----------------------------------------------------------------------------------------
+# Exploring on one seed, confirming on the others
+
+
+def finish(root, point, steps, perplexity):
+    (root / point.name).mkdir(parents=True, exist_ok=True)
+    (root / point.name / "final_metrics.json").write_text(json.dumps(
+        {"step": steps, "perplexity": perplexity}))
+
+
+def test_the_best_explored_settings_are_confirmed_on_the_other_seeds_and_ranked_on_the_mean(
+        tmp_path):
+    sweep = load_experiment("configs/table3.py:base", seeds=3,
+                            space=["optim.lr_scale=log:0.25:4"])
+    root = tmp_path / "root"
+    root.mkdir()
+    how = Search("auto", 3, confirm=2)
+    c = controller_lib.Controller(sweep, str(root), launchers.get("local"), "demo", how, {},
+                                  sys.executable, "")
+    c.open(studies.open_storage(c.url))
+    assert [c.next() for _ in range(3)] == [0, 1, 2] and c.next() is None
+    steps = c.config(c.points(0)[0], 0)[0].train.num_steps
+    # Exploring: one run a trial, on the first seed.
+    points = {n: c.points(n) for n in range(3)}
+    assert [[p.name.rsplit(",", 1)[1] for p in points[n]] for n in range(3)] == [["seed=0"]] * 3
+    status = search.status_lines(sweep, str(root), how, "demo")
+    assert status[-3] == ("phase: exploring, 0 of 3 trials ended (3 running); then confirming "
+                          "the best 2 on the other 2 seeds")
+    for n, ppl in ((0, 2.0), (1, 1.5), (2, 3.0)):
+        finish(root, points[n][0], steps, ppl)
+        assert c.tell(n, points[n]) == f"perplexity {ppl:.4g}"
+    # Confirming: the best two (trials 1 and 0) on seeds 1 and 2, one trial a run, unpruned.
+    # A second controller that saw exploration end at the same moment enqueues them again.
+    other = controller_lib.Controller(sweep, str(root), launchers.get("local"), "demo", how,
+                                      {}, sys.executable, "")
+    other.open(studies.open_storage(other.url))
+    snapshot = other.study.get_trials()
+    got = [c.next() for _ in range(4)]
+    assert other._enqueue_confirmations(snapshot)  # the duplicates
+    assert c.next() is None and other.next() is None  # the four duplicates dropped
+    trials = c.study.get_trials()
+    confirm = {n: (trials[n].user_attrs["named"], trials[n].user_attrs["seed_index"])
+               for n in got}
+    assert sorted(confirm.values()) == [(0, 1), (0, 2), (1, 1), (1, 2)]
+    assert sum(t.user_attrs.get("dropped") == "duplicate" for t in trials) == 4
+    figures = {(1, 1): 1.9, (1, 2): 1.8, (0, 1): 1.4, (0, 2): 1.3}
+    for n in got:
+        (point,) = c.points(n)
+        assert point.name.startswith(f"trial={confirm[n][0]},lr_scale=")
+        assert point.name.endswith(f"seed={confirm[n][1]}")
+        assert c.config(point, n)[0].search.prune == "none"
+        finish(root, point, steps, figures[confirm[n]])
+        c.tell(n, [point])
+    # Ranked on the mean over the three seeds: trial 0 (2.0, 1.4, 1.3: 1.567) overtakes
+    # trial 1 (1.5, 1.9, 1.8: 1.733), which was the best on the first seed alone.
+    status = search.status_lines(sweep, str(root), how, "demo")
+    assert status[-3] == ("phase: done, 3 trials explored (3 complete), 4 runs confirmed")
+    assert status[-1] == ("best so far: trial 0 (optim.lr_scale="
+                          f"{controller_lib.rounded(trials[0].params['optim.lr_scale'])}): "
+                          "perplexity 1.567 ± 0.38, mean of 3 seeds")
+    assert status[-2].startswith("compute: 0 training steps, 0.0 CPU-min spent")
+
+
+def test_auto_says_what_it_chose_and_why():
+    dims = tuple(load_experiment("configs/table3.py:base", space=[
+        "optim.lr_scale=log:0.25:4", "optim.warmup_steps=int:100:600"]).space)
+    auto = samplers.get("auto")
+    gp_missing = samplers.get("gp").missing()
+    line = auto.describe(samplers.Budget(12, dims))
+    if gp_missing:
+        assert line == ("auto chose tpe (multivariate, constant liar) after 3 Sobol start-up "
+                        "trials of 12: a Gaussian process suits 12 trials of numeric "
+                        f"parameters, but needs {', '.join(gp_missing)} (not installed)")
+    else:
+        assert line == ("auto chose gp after 3 Sobol start-up trials of 12: 12 trials of "
+                        "numeric parameters: a Gaussian process")
+    assert auto.describe(samplers.Budget(400, dims)).endswith(
+        "after 10 Sobol start-up trials of 400: 400 trials are past a Gaussian process's few "
+        "hundred")
+    # Start-up sized to the budget: a quarter, at least dimensions + 1, at most 10.
+    assert [samplers.Budget(n, dims).startup for n in (2, 8, 12, 24, 60)] == [2, 3, 3, 6, 10]
+
+
+def test_an_exploration_without_a_completed_trial_says_there_is_nothing_to_confirm(tmp_path):
+    from transformer_jax.training import stops
+
+    sweep = load_experiment("configs/table3.py:base", seeds=2,
+                            space=["optim.lr_scale=log:0.25:4"])
+    root = tmp_path / "root"
+    root.mkdir()
+    how = Search("qmc", 2, confirm=1)
+    c = controller_lib.Controller(sweep, str(root), launchers.get("local"), "demo", how, {},
+                                  sys.executable, "")
+    c.open(studies.open_storage(c.url))
+    for n in (c.next(), c.next()):
+        (point,) = c.points(n)
+        (root / point.name).mkdir()
+        stops.write_record(root / point.name, stops.Stop("pruned", 150, "pruned at 150"), {})
+        assert c.tell(n, [point]).startswith("pruned (")
+    assert c.next() is None  # nothing to confirm, nothing queued
+    assert search.status_lines(sweep, str(root), how, "demo")[-3] == (
+        "phase: done, 2 trials explored (2 pruned), none completed: nothing to confirm; raise "
+        "--trials to explore further")

@@ -19,7 +19,7 @@ from transformer_jax.sweeps.launchers import slurm as slurm_launcher
 from transformer_jax.sweeps.run import run_sweep
 
 from ..helpers import ROOT, run_command, tiny_experiment
-from ..integration.test_multihost import STEPS, env as multihost_env, run_args, train_lines
+from ..integration.test_multihost import STEPS, env as multihost_env, losses, run_args
 
 POINTS = ("base", "D_ls0")
 # One task on one CPU a point, no GPU: in place of the script's 8-GPU #SBATCH lines.
@@ -80,6 +80,9 @@ def test_unsplittable_sbatch_options_are_refused_before_anything_is_written(tmp_
     assert not (tmp_path / "r").exists()
 
 
+# Slow: it starts a SLURM cluster (munged, slurmctld, slurmd) and two jobs, each a process
+# that imports JAX and trains; about 90 s on a busy 2-core machine.
+@pytest.mark.slow
 def test_a_sweep_runs_to_the_end_under_slurm(on_slurm, builtin_data_dir, tmp_path,
                                              monkeypatch):
     experiment = tiny_experiment(tmp_path / "tiny.py", builtin_data_dir,
@@ -170,13 +173,14 @@ def test_srun_starts_the_two_processes_of_one_run(slurm, builtin_data_dir, tmp_p
     # each its SLURM_PROCID; jax.distributed finds the coordinator from the node list.
     workdir = tmp_path / "two"
     workdir.mkdir()
-    args = run_args(builtin_data_dir, workdir, "pmap")
+    args = run_args(builtin_data_dir, workdir, **{"train.parallel": "pmap",
+                                                   "train.model_parallel": 1})
     env = {**multihost_env(4), "SLURM_CONF": slurm.env["SLURM_CONF"], "PYTHON": sys.executable}
-    config = args[3].removeprefix("--config=")
+    config = args[0].removeprefix("--config=")
     job = subprocess.run(
         ["sbatch", "--parsable", f"--output={workdir}/slurm-%j.out", "--nodes=1",
          "--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-node=0",
-         "launch/slurm.sbatch", config, str(workdir), *args[5:]],
+         "launch/slurm.sbatch", config, str(workdir), *args[2:]],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
         check=True).stdout.strip().split(";")[0]
     wait_for(lambda: job not in queue(slurm), "the job to end")
@@ -184,6 +188,6 @@ def test_srun_starts_the_two_processes_of_one_run(slurm, builtin_data_dir, tmp_p
     assert "process 0 of 2, 4 local / 8 global devices" in log, log[-3000:]
     assert "process 1 of 2, 4 local / 8 global devices" in log, log[-3000:]
     # Only process 0 logs: one line a step.
-    assert [x["step"] for x in train_lines(workdir)] == list(range(1, STEPS + 1))
+    assert [step for step, _, _ in losses(workdir)] == list(range(1, STEPS + 1))
     assert json.loads((workdir / layout.FINAL_METRICS).read_text())["step"] == STEPS
 

@@ -43,7 +43,7 @@ def test_each_kind_is_its_optuna_distribution(text, distribution):
     ("optim.warmup_steps=100:600", "optim.warmup_steps is an int; use int:LOW:HIGH"),
     ("optim.warmup_steps=int:1.5:6", "int bounds must be integers"),
     ("model.positions=0:1", "model.positions is a str, not a number; use choice:"),
-    ("model.num_heads=choice:4,eight", "model.num_heads='eight' is not a int"),
+    ("model.num_heads=choice:4,eight", "model.num_heads='eight' is not an int"),
 ])
 def test_a_bad_dimension_is_refused_naming_it(text, message):
     with pytest.raises(UserError, match=message.replace("+", r"\+").replace("(", r"\(")):

@@ -23,12 +23,14 @@ between points (``lr_scale=0.5,warmup_steps=2000,seed=1``).
 from __future__ import annotations
 
 import builtins
+import collections
 import itertools
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from transformer_jax.config import SEED_FIELDS
-from transformer_jax.errors import UserError
+from transformer_jax.errors import UserError, shown
 
 Point = dict[str, Any]
 SEED = "seed"
@@ -108,16 +110,42 @@ def name(point: Point, fields: Sequence[str]) -> str:
 
 
 def names(points: Sequence[Point], default: str = "run") -> list[str]:
-    """One unique name per point (``default`` for a sweep of one point); ValueError naming
-    the repeated name when two points are the same."""
+    """One unique name per point (``default`` for a sweep of one point), in time linear in
+    the number of points; ValueError naming the repeated name when two points are the same,
+    or a name that cannot be a folder of the sweep's root (:func:`unfit_name`)."""
     fields = varying(points)
     if not fields and len(points) > 1:  # all alike: named after all their values
         fields = [f for f in dict.fromkeys(f for p in points for f in p) if f != NAME]
     out = [p.get(NAME) or name(p, fields) or default for p in points]
-    repeated = sorted({n for n in out if out.count(n) > 1})
+    for n in out:
+        why = unfit_name(n)
+        if why:
+            raise ValueError(f"point name {n!r} {why}; give the point a 'name'")
+    counts = collections.Counter(out)
+    repeated = sorted(n for n, k in counts.items() if k > 1)
     if repeated:
-        raise ValueError(f"points repeat: {', '.join(repeated)}")
+        raise ValueError(f"points repeat: {', '.join(repeated[:10])}"
+                         + (f" and {len(repeated) - 10} more" if len(repeated) > 10 else ""))
     return out
+
+
+# The longest folder name most file systems take, in bytes.
+NAME_MAX = 255
+
+
+def unfit_name(point_name: Any) -> str:
+    """Why ``point_name`` cannot be the folder of a point in the sweep's root ("" when it
+    can): it must be one path component of text, not "." or "..", without "/", "\\" or
+    control characters, of at most NAME_MAX bytes."""
+    if not isinstance(point_name, str) or not point_name.strip():
+        return "is not a non-empty string"
+    if point_name in (".", "..") or "/" in point_name or "\\" in point_name:
+        return "is not one folder inside the sweep's root"
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in point_name):
+        return "holds a control character"
+    if len(point_name.encode("utf-8")) > NAME_MAX:
+        return f"is longer than {NAME_MAX} bytes"
+    return ""
 
 
 def setting(point: Point, fields: Sequence[str]) -> str:
@@ -142,5 +170,7 @@ def parse_value(field: str, text: str, current: Any, origin: str) -> Any:
             return tuple(int(x) for x in text.split(":") if x)
     except ValueError:
         kind = type(current).__name__
-        raise UserError(f"{origin}: {field}={text!r} is not a {kind}") from None
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise UserError(f"{origin}: {field}={shown(repr(text))} is not {article} {kind}"
+                        ) from None
     return text

@@ -9,6 +9,7 @@ point's config differs from the config file's own; a launcher
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import ml_collections
@@ -16,7 +17,7 @@ import ml_collections
 from transformer_jax import config as config_lib
 from transformer_jax.errors import ConfigError, UserError
 from transformer_jax.sweeps import hyper
-from transformer_jax.sweeps.experiment import Point, Sweep, config_module
+from transformer_jax.sweeps.experiment import Point, Sweep, config_module, in_file
 
 
 def config_arg(point: Point, scale: str) -> str:
@@ -40,7 +41,11 @@ def point_config(sweep: Sweep, point: Point, scale: str = "paper",
     config.apply_overrides. Raises ConfigError naming the point.
     """
     try:
-        own = config_module(sweep.config).get_config(config_arg(point, scale))
+        with in_file(Path(sweep.config), "config", name_own_errors=False):
+            own = config_module(sweep.config).get_config(config_arg(point, scale))
+        if not isinstance(own, ml_collections.ConfigDict) or "model" not in own:
+            raise ConfigError(f"{sweep.config}: get_config returned {type(own).__name__}, not "
+                              "the ConfigDict of an experiment")
         c = ml_collections.ConfigDict(own.to_dict())
         values = {k: v for k, v in point.fields.items()
                   if k not in (hyper.VARIANT, hyper.SEED, hyper.NAME)}
@@ -84,10 +89,16 @@ def _format(value: Any) -> str:
 
 def config_overrides(config: ml_collections.ConfigDict,
                      own: ml_collections.ConfigDict) -> list[str]:
-    """``--config.FIELD=VALUE`` for every field where ``config`` differs from ``own``."""
+    """``--config.FIELD=VALUE`` for every field where ``config`` differs from ``own``: the
+    training command gives ``config`` (the fields of config.SELECTORS are the config
+    argument's). Where ``data.name`` differs, every field a dataset sets is given, so that
+    the dataset's switch (config.apply_overrides) changes none of the point's values."""
     mine, theirs = _flatten(config.to_dict()), _flatten(own.to_dict())
+    switched = mine.get("data.name") != theirs.get("data.name")
+    kept = set(config_lib.dataset_fields()) if switched else set()
     return [f"--config.{k}={_format(v)}" for k, v in mine.items()
-            if k not in theirs or _format(theirs[k]) != _format(v)]
+            if k not in config_lib.SELECTORS
+            and (k in kept or k not in theirs or _format(theirs[k]) != _format(v))]
 
 
 def train_args(sweep: Sweep, point: Point, scale: str, config: ml_collections.ConfigDict,

@@ -44,9 +44,74 @@ def definition(sweep: Sweep, points: Sequence[Point], configs: dict[str, Any], s
                         "config": configs[p.name][0].to_dict()} for p in points]}
 
 
+def read_sweep(root: storage.PathLike) -> dict[str, Any] | None:
+    """``ROOT/sweep.json`` (None when there is none), checked as it is read: an object whose
+    text fields are strings and whose points are objects named by one folder of the root
+    each (no name climbs out of it), with a config of sections and seeds of integers.
+    UserError naming the file and the field that is not so (a damaged or edited file)."""
+    path = storage.path(root) / layout.SWEEP
+    why = storage.not_a_file(path)
+    if why == "no such file":
+        return None
+    if why:
+        raise UserError(f"{path}: {why}, not a sweep record")
+    try:
+        definition = json.loads(path.read_bytes().decode("utf-8"))
+    except (ValueError, RecursionError) as e:
+        raise UserError(f"{path}: damaged, not JSON ({str(e)[:80]}); move it away to "
+                        "report the runs of the folder") from None
+
+    def refuse(field: str, value: Any, wanted: str) -> UserError:
+        return UserError(f"{path}: {field}={str(value)[:60]!r} is not {wanted}")
+
+    if not isinstance(definition, dict):
+        raise refuse("the file", definition, "an object")
+    for field in ("name", "experiment", "config", "parameter", "scale", "description"):
+        if not isinstance(definition.get(field, ""), str):
+            raise refuse(field, definition[field], "a string")
+    points = definition.get("points", [])
+    if not isinstance(points, list):
+        raise refuse("points", points, "a list")
+    seen = set()
+    for i, point in enumerate(points):
+        where = f"points[{i}]"
+        if not isinstance(point, dict):
+            raise refuse(where, point, "an object")
+        name = point.get("name")
+        why = hyper.unfit_name(name)
+        if why:
+            raise UserError(f"{path}: {where}.name={str(name)[:60]!r} {why}")
+        if name in seen:
+            raise UserError(f"{path}: {where}.name={name!r} repeats")
+        seen.add(name)
+        for field in ("variant", "value"):
+            if field not in point:
+                raise UserError(f"{path}: {where} has no {field}")
+        for field in ("variant", "setting"):
+            if not isinstance(point.get(field, ""), str):
+                raise refuse(f"{where}.{field}", point[field], "a string")
+        if isinstance(point.get("value"), dict | list):
+            raise refuse(f"{where}.value", point["value"], "a number or a string")
+        seeds = point.get("seeds", {})
+        if not isinstance(seeds, dict) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in seeds.values()):
+            raise refuse(f"{where}.seeds", seeds, "an object of integer seeds")
+        config = point.get("config", {})
+        if not isinstance(config, dict) or not all(
+                isinstance(v, dict) for k, v in config.items() if k in CONFIG_SECTIONS):
+            raise refuse(f"{where}.config", config, "a config of sections (model, data, ...)")
+    return definition
+
+
+# The sections of a config (config/defaults.py).
+CONFIG_SECTIONS = tuple(k for k, v in config_lib.base_config().items()
+                        if isinstance(v, ml_collections.ConfigDict))
+
+
 def check_root(root: storage.Path, definition: dict[str, Any]) -> None:
-    """A root holds one sweep at one scale: UserError when it holds another."""
-    old = workdirs.read_json(root / layout.SWEEP)
+    """A root holds one sweep at one scale: UserError when it holds another (or a damaged
+    sweep.json)."""
+    old = read_sweep(root)
     if old and (old.get("name"), old.get("scale")) != (definition["name"],
                                                        definition["scale"]):
         raise UserError(f"{root} holds the sweep {old.get('name')} at scale {old.get('scale')}"
@@ -55,9 +120,19 @@ def check_root(root: storage.Path, definition: dict[str, Any]) -> None:
 
 
 def read_point(workdir: storage.PathLike) -> dict[str, Any]:
-    """The point's sweep_point.json ({} when there is none)."""
-    record = workdirs.read_json(storage.path(workdir) / layout.SWEEP_POINT)
-    return record if isinstance(record, dict) else {}
+    """The point's sweep_point.json ({} when there is none or it is damaged; the next attempt
+    writes it again), its attempts those that are objects."""
+    record = workdirs.read_object(storage.path(workdir) / layout.SWEEP_POINT) or {}
+    if "attempts" in record:
+        attempts = record["attempts"]
+        attempts = [a for a in attempts if isinstance(a, dict)] \
+            if isinstance(attempts, list) else []
+        for a in attempts:  # times that are not numbers are not counted
+            for key in ("wall_s", "cpu_s"):
+                if key in a and (isinstance(a[key], bool) or not isinstance(a[key], int | float)):
+                    del a[key]
+        record["attempts"] = attempts
+    return record
 
 
 def record_point(workdir: storage.PathLike, header: dict[str, Any],

@@ -21,7 +21,9 @@ every subdirectory holding a run) and writes to ``--out`` (default: the root):
   setting's mean with a ±1 std error bar, every seed's own point, and the paper's;
 * for a search, its best trials in results.md and Optuna's plots of its study
   (:mod:`transformer_jax.sweeps.search_report`): each trial is a setting, its seeds
-  summarised and tested as any setting's.
+  summarised and tested as any setting's;
+* with ``--by_length=16,24,32``, test BLEU in buckets of source length with the same paired
+  test within each bucket, and its plot (:mod:`transformer_jax.sweeps.report_lengths`).
 
 A run that is missing, unfinished or failed is marked as such in the tables and plots and
 left out of its setting's statistics; it never stops the report.
@@ -40,8 +42,8 @@ import ml_collections
 from transformer_jax import config as config_lib, paper
 from transformer_jax.errors import UserError
 from transformer_jax.io import layout, metric_keys, provenance, storage
-from transformer_jax.io.workdirs import read_json, read_metrics
-from transformer_jax.sweeps import report_metrics, search_report
+from transformer_jax.io.workdirs import read_final, read_metrics, read_object
+from transformer_jax.sweeps import records, report_metrics, search_report
 from transformer_jax.sweeps.plots import plot_against_value, plot_losses
 from transformer_jax.sweeps.status import point_status
 
@@ -69,13 +71,14 @@ def count_params(config: dict[str, Any], workdir: storage.Path) -> int | None:
     try:
         vocab = Tokenizer(vocab_file).vocab_size if vocab_file.exists() else None
         return params.num_params(ml_collections.ConfigDict(config), vocab)
-    except (KeyError, TypeError, ValueError, AttributeError, OSError, RuntimeError):
+    except (KeyError, TypeError, ValueError, AttributeError, OSError, RuntimeError,
+            ArithmeticError):  # a config of the past, or damaged: no count, not a stop
         return None
 
 
 def _points(root: storage.Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    definition = read_json(root / layout.SWEEP)
-    if isinstance(definition, dict) and definition.get("points"):
+    definition = records.read_sweep(root)
+    if definition and definition.get("points"):
         return definition, definition["points"]
     runs = sorted(p for p in root.iterdir() if p.is_dir() and (
         (p / layout.CONFIG).exists() or (p / layout.SWEEP_POINT).exists()))
@@ -83,8 +86,9 @@ def _points(root: storage.Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         raise UserError(f"{root} holds no sweep.json and no training run")
     points = []
     for run in runs:
-        config = read_json(run / layout.CONFIG) or {}
-        variant = config.get("variant") or run.name
+        config = read_object(run / layout.CONFIG) or {}
+        variant = config.get("variant") if isinstance(config.get("variant"), str) else ""
+        variant = variant or run.name
         points.append({"name": run.name, "variant": variant, "value": variant,
                        "setting": run.name})
     return {"name": root.name, "parameter": "variant", "scale": "", "description": ""}, points
@@ -106,13 +110,19 @@ def _row(workdir: storage.Path, point: dict[str, Any],
          definition: dict[str, Any]) -> dict[str, Any]:
     # The sweep's config for the point is its target (a resumed run may have been given
     # more steps than the config.json written when it started).
-    config = point.get("config") or read_json(workdir / layout.CONFIG) or {}
+    config = point.get("config") or read_object(workdir / layout.CONFIG) or {}
+    # Sections that are not objects (a damaged config.json) are read as missing.
+    config = {k: v for k, v in config.items()
+              if isinstance(v, dict) or k not in records.CONFIG_SECTIONS}
     num_steps = config.get("train", {}).get("num_steps")
+    num_steps = num_steps if isinstance(num_steps, int) and not isinstance(num_steps, bool) \
+        else None
     metrics = read_metrics(workdir)
     train = metrics.get(metric_keys.TRAIN, {})
-    final = read_json(workdir / layout.FINAL_METRICS) or {}
-    record = read_json(workdir / layout.SWEEP_POINT) or {}
-    attempts = [a for a in record.get("attempts", []) if "wall_s" in a]
+    final = read_final(workdir)
+    record = records.read_point(workdir)
+    attempts = [a for a in record.get("attempts", [])
+                if _is_number(a.get("wall_s")) and _is_number(a.get("cpu_s", 0.0))]
     status = point_status(workdir, num_steps) if num_steps else point_status(workdir, -1)
     finished = status.kind == "finished"
     run = report_metrics.Run(finished, final, train, metrics.get(metric_keys.EVAL, {}),
@@ -154,11 +164,12 @@ def _translations(workdir: storage.Path, final: dict[str, Any]
                   ) -> tuple[list[str], list[str]] | None:
     """(hypotheses, references) of the test split written at the end of training."""
     try:
-        hyps = (workdir / final[metric_keys.TEST_HYPOTHESES]).read_text(
-            encoding="utf-8").splitlines()
-        refs = (workdir / final[metric_keys.TEST_REFERENCES]).read_text(
-            encoding="utf-8").splitlines()
-    except (KeyError, TypeError, OSError):
+        files = [workdir / final[k] for k in (metric_keys.TEST_HYPOTHESES,
+                                              metric_keys.TEST_REFERENCES)]
+        if any(storage.not_a_file(f) for f in files):
+            return None
+        hyps, refs = (f.read_text(encoding="utf-8").splitlines() for f in files)
+    except (KeyError, TypeError, OSError, ValueError):  # ValueError: not UTF-8
         return None
     return (hyps, refs) if len(hyps) == len(refs) else None
 
@@ -170,9 +181,13 @@ def _config_columns(config: dict[str, Any]) -> dict[str, Any]:
     out = {column: config.get(section, {}).get(field)
            for column, section, field in CONFIG_COLUMNS}
     for key in ("d_k", "d_v"):
-        if not out[key] and out["d_model"] and out["h"]:
+        if not out[key] and _is_number(out["d_model"]) and _is_number(out["h"]) and out["h"] > 0:
             out[key] = out["d_model"] // out["h"]
     return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 # ----------------------------------------------------------------------------------------
@@ -456,8 +471,11 @@ def _notes(rows: Sequence[dict[str, Any]], replicated: bool = False) -> list[str
 
 
 def report(root: storage.PathLike, out: storage.PathLike | None = None,
-           baseline: str | None = None) -> dict[str, storage.Path]:
-    """Writes the report of the sweep in ``root`` to ``out``; returns {what: path}."""
+           baseline: str | None = None, by_length: str | None = None
+           ) -> dict[str, storage.Path]:
+    """Writes the report of the sweep in ``root`` to ``out``; returns {what: path}. With
+    ``by_length`` (bucket edges, "16,24,32") also test BLEU by source length
+    (:mod:`transformer_jax.sweeps.report_lengths`)."""
     definition, rows = collect(root)
     sets = settings(rows)
     base = choose_baseline(sets, baseline)
@@ -477,4 +495,9 @@ def report(root: storage.PathLike, out: storage.PathLike | None = None,
     plot_against_value(definition, sets, paths["against_value"])
     if study is not None:
         paths.update(search_report.write_plots(study, out))
+    if by_length:
+        from transformer_jax.sweeps import report_lengths
+
+        paths.update(report_lengths.write(out, definition, _points(storage.path(root))[1], sets,
+                                          base, by_length))
     return paths

@@ -16,57 +16,29 @@ import shlex
 import sys
 from typing import Any
 
-import ml_collections
-
-from transformer_jax import config as config_lib
-from transformer_jax.config import resume
-from transformer_jax.errors import UserError
-from transformer_jax.io import layout, storage, workdirs
+from transformer_jax.io import layout, storage
 from transformer_jax.sweeps import launchers, records
+from transformer_jax.sweeps.checks import check_flags, check_workdir_model
 from transformer_jax.sweeps.cpu_peak import shared_cpu_peak
 from transformer_jax.sweeps.experiment import Sweep
+from transformer_jax.sweeps.grid_trials import GridTrials
 from transformer_jax.sweeps.points import point_config, train_args
+from transformer_jax.sweeps.search_spec import Search
 from transformer_jax.sweeps.status import DONE, point_status
-
-
-def check_workdir_model(workdir: storage.Path, config: ml_collections.ConfigDict,
-                        label: str) -> None:
-    """A workdir trained with another model or data cannot resume this point."""
-    saved = workdirs.read_json(workdir / layout.CONFIG)
-    if not isinstance(saved, dict) or not (workdir / layout.CHECKPOINTS).exists():
-        return
-    conflicts = resume.resume_conflicts(saved, config.to_dict())
-    if conflicts:
-        raise UserError(f"point {label}: {workdir}/config.json differs from the sweep's "
-                        f"config: {'; '.join(conflicts)}; use another --root or remove the "
-                        "workdir")
-
-
-def check_flags(launcher: str, scale: str, parallel: int) -> launchers.Launcher:
-    """The launcher called ``launcher``; UserError for a scale or --parallel it cannot take."""
-    chosen = launchers.get(launcher)
-    chosen.check()
-    if scale not in config_lib.SCALES:
-        raise UserError(f"--scale={scale} is not one of {', '.join(config_lib.SCALES)}")
-    if parallel < 1:
-        raise UserError(f"--parallel={parallel} must be >= 1")
-    if chosen.mode == launchers.RUNS and parallel > 1 and not chosen.parallel:
-        raise UserError(f"--launcher={launcher} runs one point at a time; use --parallel=1")
-    return chosen
 
 
 def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "paper",
               parallel: int = 1, dry_run: bool = False,
               overrides: dict[str, Any] | None = None, experiment: str = "",
-              python: str = sys.executable, prune: Any = None) -> dict[str, str]:
+              python: str = sys.executable, prune: Search | None = None) -> dict[str, str]:
     """Runs, submits or writes every point not yet finished with the launcher called
     ``launcher``; returns {point: outcome}.
 
     Every point's config is built and validated before anything starts. ``dry_run`` shows
     the launcher's commands and changes nothing. ``python`` is the interpreter of the
     commands of a launcher whose points train here (others name ``python``). ``prune`` (a
-    search.Search with a pruner) makes each point a trial of a study in the root, stopped
-    by the pruner when it falls behind (search.GridTrials).
+    Search with a pruner) makes each point a trial of a study in the root, stopped by the
+    pruner when it falls behind (grid_trials.GridTrials).
     """
     chosen = check_flags(launcher, scale, parallel)
     points = sweep.points()
@@ -80,8 +52,6 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
 
     trials = None
     if prune is not None and not dry_run and chosen.mode != launchers.WRITES:
-        from transformer_jax.sweeps.search import GridTrials
-
         prune.check()
         trials = GridTrials(sweep, root, prune, chosen, scale, overrides or {})
         definition["search"] = {"prune": prune.prune, "objective": prune.objective,

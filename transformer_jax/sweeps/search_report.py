@@ -12,7 +12,7 @@ from typing import Any
 import optuna
 
 from transformer_jax.io import layout, storage
-from transformer_jax.sweeps import search
+from transformer_jax.sweeps import search_status, study as study_lib
 
 BEST_SHOWN = 5  # the best trials listed in the report
 
@@ -22,37 +22,45 @@ def study_of(definition: dict[str, Any], root: storage.Path) -> optuna.Study | N
     record = definition.get("search")
     if not isinstance(record, dict) or not record.get("space"):
         return None
-    return search.load_study(record["study"], search.storage_url(str(root),
-                                                                 record.get("storage", "")))
+    return study_lib.load_study(record["study"], study_lib.storage_url(
+        str(root), record.get("storage", "")))
 
 
 def best_trials(study: optuna.Study, definition: dict[str, Any]) -> list[str]:
-    """The report's section on the search: how its trials ended, and the best ones."""
+    """The report's section on the search: how its trials ended, and the best settings
+    (confirmed ones ranked on their mean over seeds)."""
     record = definition["search"]
     objective, direction = record["objective"], record["direction"]
-    trials = [t for t in study.get_trials(deepcopy=False) if not t.user_attrs.get("surplus")]
-    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
-    complete.sort(key=lambda t: t.value, reverse=direction == "maximize")
+    seeds = int(record.get("seeds", 1))
+    per_seed = int(record.get("confirm", 0)) > 0 and seeds > 1
+    trials = [t for t in study.get_trials(deepcopy=False)
+              if not t.user_attrs.get(study_lib.DROPPED)]
     states: dict[str, int] = {}
     for t in trials:
-        states[t.state.name.lower()] = states.get(t.state.name.lower(), 0) + 1
+        key = f"{study_lib.phase(t)} {t.state.name.lower()}"
+        states[key] = states.get(key, 0) + 1
+    how = (f"explored on one seed, the best {record['confirm']} confirmed on all {seeds}"
+           if per_seed else "the mean over each trial's seeds")
     lines = ["## Search", "",
-             f"Study {study.study_name}: {record['sampler']} sampler over "
+             f"Study {study.study_name}: {record.get('sampler_chosen', record['sampler'])} over "
              f"{', '.join(f'`{s}`' for s in record['space'])}; {objective} "
-             f"{direction}d, the mean over each trial's seeds; pruner {record['prune']}. "
+             f"{direction}d, {how}; pruner {record['prune']}. "
              f"{len(trials)} trials: " + ", ".join(f"{n} {k}" for k, n in states.items())
              + ".", ""]
-    if not complete:
+    ranked = search_status.ranking(trials, direction, seeds, per_seed)
+    if not ranked:
         return [*lines, "No trial has completed yet."]
-    fields = list(complete[0].params)
-    lines += [f"Best trials ({objective}, {'highest' if direction == 'maximize' else 'lowest'}"
-              " first):", "",
-              "| trial | " + " | ".join(fields) + f" | {objective} |",
-              "|" + "---|" * (len(fields) + 2)]
-    for t in complete[:BEST_SHOWN]:
-        values = [f"{t.params[f]:.4g}" if isinstance(t.params.get(f), float)
-                  else str(t.params.get(f, "-")) for f in fields]
-        lines.append(f"| {t.number} | " + " | ".join(values) + f" | {t.value:.4g} |")
+    fields = list(ranked[0].params)
+    lines += [f"Best settings ({objective}, {'highest' if direction == 'maximize' else 'lowest'}"
+              " first; confirmed settings first):", "",
+              "| trial | " + " | ".join(fields) + f" | {objective} | seeds |",
+              "|" + "---|" * (len(fields) + 3)]
+    for s in ranked[:BEST_SHOWN]:
+        values = [f"{s.params[f]:.4g}" if isinstance(s.params.get(f), float)
+                  else str(s.params.get(f, "-")) for f in fields]
+        figure = f"{s.mean:.4g}" + (f" ± {s.std:.2g}" if len(s.values) > 1 else "")
+        lines.append(f"| {s.named} | " + " | ".join(values) + f" | {figure} | "
+                     f"{len(s.values)} |")
     return lines
 
 

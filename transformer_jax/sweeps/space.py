@@ -16,13 +16,14 @@ not one of KINDS or does not fit the field's type.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import optuna
 
 from transformer_jax import config as config_lib
-from transformer_jax.errors import ConfigError, UserError
+from transformer_jax.errors import ConfigError, UserError, shown
 from transformer_jax.sweeps import hyper
 
 KINDS = ("float", "log", "int", "choice")
@@ -67,52 +68,71 @@ def _field_value(field: str, origin: str) -> Any:
         raise UserError(f"{origin}: unknown config field {field}") from None
 
 
-def _check(dim: Dimension, origin: str) -> Dimension:
-    """``dim`` when it fits its field; UserError naming what does not."""
+def check(dim: Dimension, origin: str) -> Dimension:
+    """``dim`` when it fits its field; UserError naming what does not. Every value a trial
+    may sample must be one the field takes (config.check_value: its type and range), so a
+    bound outside the range, nan or inf is refused here and not when a trial samples it."""
+    if not isinstance(dim.field, str):
+        raise UserError(f"{origin}: the field {dim.field!r} is not a dotted name")
     current = _field_value(dim.field, origin)
     if dim.kind not in KINDS:
         raise UserError(f"{origin}: unknown kind {dim.kind!r}; one of {', '.join(KINDS)}")
     if dim.kind == "choice":
-        if not dim.choices:
+        if isinstance(dim.choices, str | bytes) or not dim.choices:
             raise UserError(f"{origin}: an empty choice")
+        for value in dim.choices:
+            _check_value(dim.field, value, origin)
         return dim
     if isinstance(current, bool) or not isinstance(current, int | float):
         raise UserError(f"{origin}: {dim.field} is a {type(current).__name__}, not a number; "
                         "use choice:V1,V2,...")
     if dim.kind in ("float", "log") and isinstance(current, int):
         raise UserError(f"{origin}: {dim.field} is an int; use int:LOW:HIGH")
+    bounds = (dim.low, dim.high)
+    if not all(isinstance(b, int | float) and not isinstance(b, bool) and math.isfinite(b)
+               for b in bounds):
+        raise UserError(f"{origin}: the bounds {dim.low!r}, {dim.high!r} must be finite numbers")
     if dim.kind == "int" and not (float(dim.low).is_integer() and float(dim.high).is_integer()):
         raise UserError(f"{origin}: int bounds must be integers")
     if dim.low >= dim.high:
         raise UserError(f"{origin}: low {_number(dim.low)} >= high {_number(dim.high)}")
     if dim.log and dim.low <= 0:
         raise UserError(f"{origin}: log bounds must be > 0")
+    for bound in bounds:
+        _check_value(dim.field, int(bound) if dim.kind == "int" else float(bound), origin)
     return dim
+
+
+def _check_value(field: str, value: Any, origin: str) -> None:
+    try:
+        config_lib.check_value(field, value)
+    except ConfigError as e:
+        raise UserError(f"{origin}: {e}") from None
 
 
 def uniform(field: str, low: float, high: float) -> Dimension:
     """A float uniform in [low, high]."""
-    return _check(Dimension(field, "float", float(low), float(high)), f"space {field}")
+    return check(Dimension(field, "float", float(low), float(high)), f"space {field}")
 
 
 def log(field: str, low: float, high: float) -> Dimension:
     """A float log-uniform in [low, high] (both > 0)."""
-    return _check(Dimension(field, "log", float(low), float(high), log=True), f"space {field}")
+    return check(Dimension(field, "log", float(low), float(high), log=True), f"space {field}")
 
 
 def integer(field: str, low: int, high: int, log: bool = False) -> Dimension:  # noqa: A002
     """An integer in [low, high], log-uniform with ``log``."""
-    return _check(Dimension(field, "int", low, high, log=log), f"space {field}")
+    return check(Dimension(field, "int", low, high, log=log), f"space {field}")
 
 
 def choice(field: str, values: Sequence[Any]) -> Dimension:
     """One of ``values``."""
-    return _check(Dimension(field, "choice", choices=tuple(values)), f"space {field}")
+    return check(Dimension(field, "choice", choices=tuple(values)), f"space {field}")
 
 
 def parse(text: str) -> Dimension:
     """The dimension of ``--space=FIELD=KIND:...`` (see the module's docstring)."""
-    origin = f"--space={text}"
+    origin = f"--space={shown(text)}"
     field, sep, spec = text.partition("=")
     field = field.strip().removeprefix("config.")
     if not sep or not spec.strip():
@@ -127,13 +147,13 @@ def parse(text: str) -> Dimension:
     if kind == "choice":
         values = [hyper.parse_value(field, v.strip(), current, origin)
                   for v in rest.split(",") if v.strip()]
-        return _check(Dimension(field, "choice", choices=tuple(values)), origin)
+        return check(Dimension(field, "choice", choices=tuple(values)), origin)
     log_int = kind == "int" and rest.startswith("log:")
     bounds = rest.removeprefix("log:").split(":") if log_int else rest.split(":")
     if len(bounds) != 2 or not all(_numeric(b) for b in bounds):
         raise UserError(f"{origin}: give {kind}:LOW:HIGH with two numbers")
     low, high = (float(b) for b in bounds)
-    return _check(Dimension(field, kind, low, high, log=kind == "log" or log_int), origin)
+    return check(Dimension(field, kind, low, high, log=kind == "log" or log_int), origin)
 
 
 def _numeric(text: str) -> bool:

@@ -51,10 +51,10 @@ def point_status(workdir: storage.PathLike, num_steps: int, ask_queue: bool = Fa
     ``num_steps``; queued (with ``ask_queue``) that its launcher's scheduler still has the
     job of its last attempt."""
     workdir = storage.path(workdir)
-    final = workdirs.read_json(workdir / layout.FINAL_METRICS)
-    if isinstance(final, dict) and final.get(metric_keys.STEP) == num_steps:
+    final = workdirs.read_final(workdir)
+    if final.get(metric_keys.STEP) == num_steps:
         return Status("finished", num_steps)
-    if isinstance(final, dict) and final.get(metric_keys.STOPPED):
+    if final.get(metric_keys.STOPPED):
         stop = stopped(workdir)
         if stop is not None:
             return Status(stop.reason, stop.step, f"at step {stop.step} of {num_steps}")

@@ -27,8 +27,9 @@ def share_vocabulary(root: storage.Path, workdir: storage.Path,
     wanted = {k: config.data[k] for k in VOCAB_FIELDS}
     for other in sorted(root.iterdir()):
         source = other / layout.VOCAB / layout.VOCAB_MODEL
-        saved = workdirs.read_json(other / layout.CONFIG)
-        if other == workdir or not source.exists() or not isinstance(saved, dict):
+        saved = workdirs.read_object(other / layout.CONFIG)
+        if other == workdir or not source.exists() or not isinstance(
+                (saved or {}).get("data"), dict):
             continue
         if {k: saved.get("data", {}).get(k) for k in VOCAB_FIELDS} == wanted:
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,6 @@ Adding one is one module here (or in a directory named by the environment variab
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import logging
 import os
 import shlex
@@ -127,10 +126,7 @@ def names() -> list[str]:
 
 def get(name: str) -> Launcher:
     """The launcher called ``name``; ConfigError naming the known ones for another name."""
-    known = names()
-    if name not in known:
-        raise ConfigError(f"--launcher={name} is not one of {', '.join(known)}")
-    module = importlib.import_module(f"{__name__}.{name}")
+    module = plugins.load(__name__, tuple(__path__), PATH_VARIABLE, name, f"--launcher={name}")
     launcher = getattr(module, "LAUNCHER", None)
     if not isinstance(launcher, Launcher):
         raise ConfigError(f"--launcher={name}: {module.__file__} defines no LAUNCHER, an "

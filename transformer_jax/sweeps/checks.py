@@ -1,0 +1,38 @@
+"""Checks a sweep and a search both make before anything starts: the launcher's flags, and a
+workdir trained with another model."""
+
+from __future__ import annotations
+
+import ml_collections
+
+from transformer_jax import config as config_lib
+from transformer_jax.config import resume
+from transformer_jax.errors import UserError
+from transformer_jax.io import layout, storage, workdirs
+from transformer_jax.sweeps import launchers
+
+
+def check_workdir_model(workdir: storage.Path, config: ml_collections.ConfigDict,
+                        label: str) -> None:
+    """A workdir trained with another model or data cannot resume this point."""
+    saved = workdirs.read_json(workdir / layout.CONFIG)
+    if not isinstance(saved, dict) or not (workdir / layout.CHECKPOINTS).exists():
+        return
+    conflicts = resume.resume_conflicts(saved, config.to_dict())
+    if conflicts:
+        raise UserError(f"point {label}: {workdir}/config.json differs from the sweep's "
+                        f"config: {'; '.join(conflicts)}; use another --root or remove the "
+                        "workdir")
+
+
+def check_flags(launcher: str, scale: str, parallel: int) -> launchers.Launcher:
+    """The launcher called ``launcher``; UserError for a scale or --parallel it cannot take."""
+    chosen = launchers.get(launcher)
+    chosen.check()
+    if scale not in config_lib.SCALES:
+        raise UserError(f"--scale={scale} is not one of {', '.join(config_lib.SCALES)}")
+    if parallel < 1:
+        raise UserError(f"--parallel={parallel} must be >= 1")
+    if chosen.mode == launchers.RUNS and parallel > 1 and not chosen.parallel:
+        raise UserError(f"--launcher={launcher} runs one point at a time; use --parallel=1")
+    return chosen

@@ -1,0 +1,396 @@
+"""A search's controller: asks the study for work, trains it with the launcher, tells the
+study the result; several controllers, on one machine or many, share one study.
+
+A trial is one of two kinds of work (its ``phase``, sweeps/study.py):
+
+* **exploring**: a setting drawn by the sampler, trained on the sweep's first seed alone
+  (with ``--confirm=0``, or a sweep of one seed, on each of its seeds), and judged by the
+  pruner at each evaluation from the first rung on; ``--trials`` of them;
+* **confirming**: once every exploring trial has ended, each of the ``--confirm`` best
+  completed settings is trained on each remaining seed, one trial a run, never pruned; the
+  settings are then ranked on their mean over all seeds (sweeps/search_status.py).
+
+Work is taken through the storage alone (study.py): a new trial is asked, a waiting one
+popped (retries and confirmation runs are enqueued as waiting trials), a trial whose
+controller is gone retired and its copy enqueued. The first controller to see exploration
+end enqueues the confirmation runs; one enqueued twice by controllers seeing it at once is
+run once, by the lower trial number (the other is told FAIL as a duplicate).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import statistics
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import optuna
+
+from transformer_jax.io import layout, metric_keys, storage, workdirs
+from transformer_jax.sweeps import (
+    hyper,
+    launchers,
+    records,
+    report_metrics,
+    samplers,
+    space,
+    study as study_lib,
+)
+from transformer_jax.sweeps.checks import check_workdir_model
+from transformer_jax.sweeps.experiment import Point, Sweep
+from transformer_jax.sweeps.points import point_config, train_args
+from transformer_jax.sweeps.search_spec import Search
+from transformer_jax.sweeps.status import DONE, point_status
+
+State = optuna.trial.TrialState
+
+
+def rounded(value: Any) -> Any:
+    return float(f"{value:.2g}") if isinstance(value, float) else value
+
+
+def trial_points(sweep: Sweep, number: int, values: dict[str, Any]) -> list[Point]:
+    """The points of trial ``number`` with the sampled ``values``: one per point of the
+    sweep's grid (its seeds), named ``trial=N,FIELD=VALUE,...[,seed=S]`` (values to two
+    significant digits; the trial's number makes the name unique)."""
+    fields = [d.field for d in sweep.space]
+    setting = ",".join([f"trial={number}", hyper.name(
+        {f: rounded(v) for f, v in values.items()}, fields)]).rstrip(",")
+    seeds = [f for f in hyper.varying(sweep.grid) if f in hyper.SEED_LIKE]
+    axis = sweep.axis()
+    out = []
+    for p in sweep.points():
+        label = ",".join(x for x in (setting, hyper.name(p.fields, seeds)) if x)
+        out.append(Point(label, {**p.fields, **values}, p.variant, setting,
+                         values.get(axis, p.value)))
+    return out
+
+
+def confirming(sweep: Sweep, search: Search) -> bool:
+    """Whether the search explores on one seed and confirms on the others."""
+    return search.confirm > 0 and len(sweep.points()) > 1
+
+
+def points_of(sweep: Sweep, search: Search, trial: optuna.trial.FrozenTrial) -> list[Point]:
+    """The points a trial trains: its seed's, or every seed's (see the module's docstring)."""
+    points = trial_points(sweep, study_lib.named(trial), space.values(trial, sweep.space))
+    if study_lib.phase(trial) == study_lib.CONFIRM:
+        return [points[int(trial.user_attrs[study_lib.SEED_INDEX])]]
+    return points[:1] if confirming(sweep, search) else points
+
+
+def known_points(sweep: Sweep, search: Search, study: optuna.Study | None) -> list[Point]:
+    """The points of the study's trials so far, in the order of the trials, each once."""
+    if study is None:
+        return []
+    seen: dict[str, Point] = {}
+    for t in study_lib.live(study.get_trials(deepcopy=False)):
+        for p in points_of(sweep, search, t):
+            seen.setdefault(p.name, p)
+    return list(seen.values())
+
+
+def objective_value(workdir: storage.Path, key: str) -> float | None:
+    """The run's objective: ``key`` of final_metrics.json, else of its last evaluation."""
+    final = workdirs.read_final(workdir)  # figures of the types training writes
+    if final.get(key) is not None:
+        return float(final[key])
+    evals = workdirs.read_metrics(workdir).get(metric_keys.EVAL, {})
+    value = report_metrics.Run(True, final, {}, evals).last_eval(key)
+    return None if value is None else float(value)
+
+
+def best_explored(trials: Sequence[optuna.trial.FrozenTrial], direction: str, k: int
+                  ) -> list[optuna.trial.FrozenTrial]:
+    """The ``k`` best completed exploring trials, best first."""
+    done = [t for t in trials if study_lib.phase(t) == study_lib.EXPLORE
+            and t.state == State.COMPLETE]
+    return sorted(done, key=lambda t: t.value, reverse=direction == "maximize")[:k]
+
+
+def search_overrides(url: str, name: str, number: int, search: Search, startup: int,
+                     first_rung: int, phase: str = study_lib.EXPLORE) -> dict[str, Any]:
+    """The config fields that make a training run report to trial ``number`` of study
+    ``name``: a confirmation run is never pruned; asha's first ``startup`` trials stop at
+    the first rung (step ``first_rung``)."""
+    prune = search.prune if phase == study_lib.EXPLORE else "none"
+    out = {"search.storage": url, "search.study": name, "search.trial": number,
+           "search.objective": search.objective, "search.prune": prune}
+    if prune == "asha":
+        out.update({"search.reference_trials": startup, "search.min_steps": first_rung})
+    return out
+
+
+class Controller:
+    """One controller of a search: asks, launches, tells (see the module's docstring)."""
+
+    def __init__(self, sweep: Sweep, root: str, chosen: launchers.Launcher, scale: str,
+                 search: Search, overrides: dict[str, Any], python: str, experiment: str):
+        self.sweep, self.root, self.chosen, self.scale = sweep, root, chosen, scale
+        self.search, self.overrides, self.python = search, overrides, python
+        self.experiment = experiment
+        self.root_path = storage.path(root)
+        self.url = study_lib.storage_url(root, search.storage)
+        self.claim = study_lib.claim()
+        self.lock = threading.Lock()  # the study's Python object, sweep.json
+        self.study: optuna.Study | None = None
+        first = point_config(sweep, sweep.points()[0], scale, overrides)[0]
+        self.seed = first.train.seed if search.seed is None else search.seed
+        self.budget = samplers.Budget(search.trials, tuple(sweep.space), self.seed)
+        # The first rung: the config's search.min_steps, else its first evaluation.
+        self.first_rung = first.search.min_steps or first.train.eval_every
+
+    # -- the study ------------------------------------------------------------------------
+    def open(self, store: optuna.storages.BaseStorage) -> optuna.Study:
+        sampler = samplers.build(self.search.sampler, self.budget)
+        self.study = study_lib.open_study(self.sweep.name, self.url, self.search.direction,
+                                          sampler, store)
+        return self.study
+
+    def _set(self, number: int, key: str, value: Any) -> None:
+        study_lib.set_attr(self.study, number, key, value)
+
+    def _trial(self, number: int) -> optuna.trial.FrozenTrial:
+        return self.study._storage.get_trial(
+            self.study._storage.get_trial_id_from_study_id_trial_number(
+                self.study._study_id, number))
+
+    def renew(self, numbers: Sequence[int]) -> None:
+        self.claim = {**self.claim, "heartbeat": workdirs.now()}
+        with self.lock:
+            for number in numbers:
+                self._set(number, study_lib.CLAIM, self.claim)
+
+    def resumable(self) -> list[optuna.trial.FrozenTrial]:
+        """The running trials whose controller is gone."""
+        running = self.study.get_trials(deepcopy=False, states=(State.RUNNING,))
+        return [t for t in running if study_lib.abandoned(t)]
+
+    def _drop(self, number: int, why: str) -> None:
+        self._set(number, study_lib.DROPPED, why)
+        self.study.tell(number, state=State.FAIL)
+
+    def exploration_done(self, trials: Sequence[optuna.trial.FrozenTrial]) -> bool:
+        explore = [t for t in study_lib.live(trials) if study_lib.phase(t) == study_lib.EXPLORE]
+        return len(explore) >= self.search.trials and all(
+            t.state.is_finished() for t in explore)
+
+    def confirmations(self, trials: Sequence[optuna.trial.FrozenTrial]
+                      ) -> list[tuple[optuna.trial.FrozenTrial, int]]:
+        """(explored trial, seed index) of every confirmation run the search needs."""
+        if not confirming(self.sweep, self.search) or not self.exploration_done(trials):
+            return []
+        seeds = range(1, len(self.sweep.points()))
+        return [(t, i) for t in best_explored(trials, self.search.direction,
+                                              self.search.confirm) for i in seeds]
+
+    def _enqueue_confirmations(self, trials: Sequence[optuna.trial.FrozenTrial]) -> bool:
+        """Enqueues the confirmation runs not yet in the study; whether it enqueued any."""
+        have = {(study_lib.named(t), t.user_attrs.get(study_lib.SEED_INDEX))
+                for t in study_lib.live(trials) if study_lib.phase(t) == study_lib.CONFIRM}
+        added = False
+        for t, i in self.confirmations(trials):
+            if (t.number, i) not in have:
+                self.study.enqueue_trial(t.params, user_attrs={
+                    study_lib.PHASE: study_lib.CONFIRM, study_lib.NAMED: t.number,
+                    study_lib.SEED_INDEX: i})
+                added = True
+        if added:
+            logging.info("%s: exploration ended; confirming the best %d on seeds 2..%d",
+                         self.sweep.name, self.search.confirm, len(self.sweep.points()))
+        return added
+
+    def more_to_come(self) -> bool:
+        """Whether trials running elsewhere may still lead to work here (confirmation runs
+        not yet enqueued)."""
+        trials = self.study.get_trials(deepcopy=False)
+        return confirming(self.sweep, self.search) and not self.exploration_done(trials) \
+            and any(t.state == State.RUNNING for t in trials)
+
+    def next(self) -> int | None:
+        """The number of a trial this controller now holds, or None when there is no work:
+        a waiting trial (a retry, a confirmation run), else a new exploring trial while the
+        study has fewer than ``--trials``."""
+        distributions = {d.field: d.distribution() for d in self.sweep.space}
+        with self.lock:
+            while True:
+                for t in self.resumable():
+                    if study_lib.retire(self.study, t):
+                        logging.info("%s: trial %d's controller is gone; its copy is queued",
+                                     self.sweep.name, t.number)
+                trials = self.study.get_trials(deepcopy=False)
+                explore = [t for t in study_lib.live(trials)
+                           if study_lib.phase(t) == study_lib.EXPLORE]
+                waiting = any(t.state == State.WAITING for t in trials)
+                if not waiting and len(explore) >= self.search.trials:
+                    waiting = self._enqueue_confirmations(trials)
+                    if not waiting:
+                        return None
+                number = self.study.ask(distributions).number
+                trial = self._trial(number)
+                if study_lib.PHASE not in trial.user_attrs:  # a new exploring trial
+                    self._set(number, study_lib.CLAIM, self.claim)
+                    self._set(number, study_lib.PHASE, study_lib.EXPLORE)
+                    self._set(number, study_lib.NAMED, number)
+                    before = [t for t in study_lib.live(self.study.get_trials(deepcopy=False))
+                              if t.number <= number and study_lib.phase(t) == study_lib.EXPLORE]
+                    if len(before) > self.search.trials:
+                        self._drop(number, "surplus")  # asked past --trials at once
+                        continue
+                    return number
+                self._set(number, study_lib.CLAIM, self.claim)
+                if study_lib.phase(trial) == study_lib.CONFIRM:
+                    key = (study_lib.named(trial), trial.user_attrs.get(study_lib.SEED_INDEX))
+                    twins = [t for t in study_lib.live(self.study.get_trials(deepcopy=False))
+                             if t.number < number and study_lib.phase(t) == study_lib.CONFIRM
+                             and (study_lib.named(t), t.user_attrs.get(study_lib.SEED_INDEX))
+                             == key]
+                    if twins:
+                        self._drop(number, "duplicate")
+                        continue
+                return number
+
+    def points(self, number: int) -> list[Point]:
+        return points_of(self.sweep, self.search, self._trial(number))
+
+    def config(self, point: Point, number: int) -> tuple[Any, Any]:
+        phase = study_lib.phase(self._trial(number))
+        more = search_overrides(self.url, self.sweep.name, number, self.search,
+                                self.budget.startup, self.first_rung, phase)
+        return point_config(self.sweep, point, self.scale, {**self.overrides, **more})
+
+    def write_definition(self) -> None:
+        """ROOT/sweep.json: the sweep, its search, and the points of the trials so far."""
+        from transformer_jax.sweeps.search_status import search_record
+
+        with self.lock:
+            points = known_points(self.sweep, self.search, self.study)
+            configs = {p.name: point_config(self.sweep, p, self.scale, self.overrides)
+                       for p in points}
+            definition = records.definition(self.sweep, points, configs, self.scale,
+                                            self.experiment)
+            definition["swept"] = [*(d.field for d in self.sweep.space), *(
+                f for f in definition["swept"] if f in hyper.SEED_LIKE)]
+            definition["search"] = search_record(self.sweep, self.search, self.budget)
+            storage.write_atomically(self.root_path / layout.SWEEP,
+                                     json.dumps(definition, indent=2))
+
+    # -- one trial ------------------------------------------------------------------------
+    def run_trial(self, number: int, index: int) -> str:
+        """Trains the trial's points in turn (skipping those done), stopping at one stopped
+        early; returns the outcome told to the study."""
+        with self.lock:
+            points = self.points(number)
+            self._set(number, study_lib.POINTS, [p.name for p in points])
+        self.write_definition()
+        for point in points:
+            config, own = self.config(point, number)
+            workdir = self.root_path / point.name
+            status = point_status(workdir, config.train.num_steps, ask_queue=True)
+            if status.kind in DONE:
+                if status.kind != "finished":
+                    break
+                continue
+            if status.kind != "queued":
+                check_workdir_model(workdir, config, point.name)
+                cmd = self.chosen.command(self.sweep, point, train_args(
+                    self.sweep, point, self.scale, config, own, self.root),
+                    self.python if self.chosen.trains_here else "python")
+                header = {**records.header(self.sweep, point, self.chosen.name),
+                          "trial": number, "study": self.sweep.name}
+                job = launchers.Job(point, workdir, cmd, config, header, self.root_path,
+                                    index, self.search.trials)
+                records.record_point(workdir, {**header, **records.point_record(
+                    self.sweep, point, config)})
+                outcome = self.chosen.launch(job)
+                if outcome.startswith("failed") and self.chosen.mode == launchers.SUBMITS:
+                    return outcome
+            if self.chosen.mode == launchers.SUBMITS:
+                self._wait_for_queue(workdir, config.train.num_steps)
+            if point_status(workdir, config.train.num_steps).kind in ("pruned", "diverged"):
+                break
+        return self.tell(number, points)
+
+    def _wait_for_queue(self, workdir: storage.Path, num_steps: int) -> None:
+        while point_status(workdir, num_steps, ask_queue=True).kind == "queued":
+            time.sleep(study_lib.HEARTBEAT_S)
+
+    def tell(self, number: int, points: Sequence[Point]) -> str:
+        """Tells the study the trial's result from its runs' records: the mean objective,
+        PRUNED for a run stopped early; a trial with a run neither finished nor stopped is
+        left running (its next controller retries it)."""
+        values = []
+        for point in points:
+            config = self.config(point, number)[0]
+            workdir = self.root_path / point.name
+            status = point_status(workdir, config.train.num_steps)
+            if status.kind in ("pruned", "diverged"):
+                with self.lock:
+                    self._set(number, study_lib.STOPPED, status.kind)
+                    self.study.tell(number, state=State.PRUNED, skip_if_finished=True)
+                return f"{status.kind} ({point.name}, {status.detail})"
+            value = objective_value(workdir, self.search.objective) \
+                if status.kind == "finished" else None
+            if value is None:
+                return (f"failed ({point.name}: {status})" if status.kind != "finished" else
+                        f"failed ({point.name}: no {self.search.objective} logged)")
+            values.append(value)
+        value = statistics.fmean(values)
+        with self.lock:
+            self.study.tell(number, value, skip_if_finished=True)
+        return f"{self.search.objective} {value:.4g}"
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self, parallel: int) -> dict[str, str]:
+        """Runs trials, ``parallel`` at once, until there is no work left; returns
+        {trial=N: outcome}."""
+        outcome: dict[str, str] = {}
+        index = 0
+        with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+            running: dict[concurrent.futures.Future, int] = {}
+            while True:
+                while len(running) < parallel:
+                    number = self.next()
+                    if number is None:
+                        break
+                    running[pool.submit(self.run_trial, number, index)] = number
+                    index += 1
+                if not running:
+                    if not self.more_to_come():
+                        break
+                    time.sleep(study_lib.HEARTBEAT_S)  # others explore; confirmation follows
+                    continue
+                done, _ = concurrent.futures.wait(
+                    running, timeout=study_lib.HEARTBEAT_S,
+                    return_when=concurrent.futures.FIRST_COMPLETED)
+                for future in done:
+                    number = running.pop(future)
+                    outcome[f"trial={number}"] = result = future.result()
+                    logging.info("%s: trial %d: %s", self.sweep.name, number, result)
+                self.renew(list(running.values()))
+        self.write_definition()
+        return outcome
+
+    def write(self, parallel: int) -> dict[str, str]:
+        """A WRITES launcher: the commands of the first ``parallel`` trials asked."""
+        outcome = {}
+        for index in range(parallel):
+            number = self.next()
+            if number is None:
+                break
+            for point in self.points(number):
+                config, own = self.config(point, number)
+                cmd = self.chosen.command(self.sweep, point, train_args(
+                    self.sweep, point, self.scale, config, own, self.root))
+                self.chosen.launch(launchers.Job(point, self.root_path / point.name, cmd,
+                                                 config, {}, self.root_path, index, parallel))
+            outcome[f"trial={number}"] = "printed"
+        self.chosen.write(f"# a search needs a running controller: these are its first "
+                          f"{len(outcome)} trials; run the sweep with a launcher that runs or "
+                          "submits them to tell the study their results and ask the next")
+        self.write_definition()
+        return outcome
