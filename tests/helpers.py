@@ -15,7 +15,7 @@ from pathlib import Path
 import jax
 import ml_collections
 import numpy as np
-from absl import flags, logging as absl_logging
+from absl import app as _app, flags, logging as absl_logging  # noqa: F401 -- see run_command
 
 from transformer_jax import config as config_lib
 from transformer_jax.model.spec import TransformerConfig
@@ -79,11 +79,13 @@ def run_command(name, *args, stdin=b""):
 
     Afterwards the flags it defined are deleted and the logging set-up, the working
     directory, sys.argv and sys.stdin put back, so that commands can run one after another.
-    TRANSFORMER_JAX_TRACEBACK is unset meanwhile: a refusal must be one line. What only a
+    TRANSFORMER_JAX_TRACEBACK is unset meanwhile: a refusal must be one line. (absl's app,
+    which defines flags of its own as it is imported, is imported with this module, so that
+    its flags are not taken for a command's.) What only a
     process shows (its start, signals, pipes) is left to one subprocess test per command.
     """
     module = f"transformer_jax.{name}"
-    defined = set(flags.FLAGS)
+    defined, imported = set(flags.FLAGS), set(sys.modules)
     root = logging.getLogger()
     levels = {logger: logger.level for logger in [root, *logging.root.manager.loggerDict.values()]
               if isinstance(logger, logging.Logger)}
@@ -117,12 +119,23 @@ def run_command(name, *args, stdin=b""):
         if traceback is not None:
             os.environ["TRANSFORMER_JAX_TRACEBACK"] = traceback
         for flag in set(flags.FLAGS) - defined:
+            # A library the command imported first defined its flags at that import and
+            # reads them again later (array_record's grain_* flags, whenever it opens a
+            # split): they stay, as it will not define them again. The command's flags go.
+            owner = flags.FLAGS.find_module_defining_flag(flag)
+            if owner in sys.modules and owner not in imported and not _is_ours(owner):
+                continue
             delattr(flags.FLAGS, flag)
         root.handlers[:] = handlers
         for logger in [root, *logging.root.manager.loggerDict.values()]:
             if isinstance(logger, logging.Logger):
                 logger.setLevel(levels.get(logger, logging.NOTSET))
     return Ran(returncode, out.getvalue(), err.getvalue())
+
+
+def _is_ours(module):
+    """Whether a module (a name, or the path of one run as a command) is this project's."""
+    return module.startswith(("transformer_jax", str(ROOT / "transformer_jax")))
 
 
 def random_batch(rows, length, seed, fixed_lengths=None):
@@ -143,9 +156,10 @@ def random_batch(rows, length, seed, fixed_lengths=None):
     return batch
 
 
-def run_steps(batches, eps=1e-9, parallel_kind="pmap", devices=1, model_parallel=1,
+def run_steps(batches, eps=1e-9, parallel_kind="sharded", devices=1, model_parallel=1,
               model_config=TINY, accum=1, with_grad_norms=False):
-    """Losses and final params of a few train steps on ``devices`` CPU devices."""
+    """Losses and final params of a few train steps on ``devices`` CPU devices; with
+    ``accum`` > 1 each step's batch is ``accum`` micro-batches stacked on a leading axis."""
     config = config_lib.build("base")
     config.optim.warmup_steps = 10
     config.optim.eps = eps

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 from absl import app, flags, logging as absl_logging
 from ml_collections import ConfigDict, config_flags
 
-from transformer_jax.errors import TrainingStopped, UserError
+from transformer_jax.errors import TrainingStopped, UserError, in_users_code, shown
 
 # Errors that mean bad input rather than a bug: reported in one line, exit status 2 (a
 # training run that stopped itself: its message, and the status of its reason).
@@ -23,34 +23,44 @@ USER_ERRORS = (UserError, FileNotFoundError, NotADirectoryError, IsADirectoryErr
 
 def define_config_flag(required: bool = True) -> Any:
     """``--config=configs/FILE.py[:VARIANT]`` with ``--config.FIELD=VALUE`` overrides."""
-    holder = config_flags.DEFINE_config_file(
-        "config", None, "Config file and variant, e.g. configs/table3.py:A_h4.")
+    # The config file, its overrides and any --flagfile are read as the flag is defined.
+    with clean_errors((Exception,), lambda e: _one_line(e, sys.argv)):
+        holder = config_flags.DEFINE_config_file(
+            "config", None, "Config file and variant, e.g. configs/table3.py:A_h4.")
     if required:
         flags.mark_flag_as_required("config")
     return holder
 
 
-def define_workdir_flag(required: bool = True) -> Any:
-    holder = flags.DEFINE_string("workdir", None,
-                                 "Run directory: checkpoints, logs, vocabulary.")
+def define_path_flag(name: str, help: str, required: bool = True) -> Any:  # noqa: A002
+    """A string flag naming a file or directory: given, it must not be empty (an empty
+    --workdir= would otherwise mean the current directory)."""
+    holder = flags.DEFINE_string(name, None, help)
+    flags.register_validator(name, lambda value: value is None or bool(value.strip()),
+                             f"--{name} is empty; give a path")
     if required:
-        flags.mark_flag_as_required("workdir")
+        flags.mark_flag_as_required(name)
     return holder
 
 
-def define_overrides_flag() -> Any:
-    """``--config.FIELD=VALUE`` overrides of the config a workdir was trained with.
+def define_workdir_flag(required: bool = True) -> Any:
+    return define_path_flag("workdir", "Run directory: checkpoints, logs, vocabulary.",
+                            required)
+
+
+def define_overrides_flag(help: str = "Overrides of the workdir's config.json, e.g. "  # noqa: A002
+                          "--config.decode.beam_size=8.") -> Any:
+    """``--config.FIELD=VALUE`` overrides of the config a workdir was trained with (or of
+    every point of a sweep).
 
     The flag is typed by the base config, so a misspelled field or a value of the wrong type
     is refused while parsing; :func:`workdir_config` applies the overrides.
     """
     from transformer_jax import config as config_lib
 
-    # An unknown field is found as the flag is defined.
-    with clean_errors((KeyError, AttributeError), lambda e: _one_line(e, sys.argv)):
-        return config_flags.DEFINE_config_dict(
-            "config", config_lib.base_config(),
-            "Overrides of the workdir's config.json, e.g. --config.decode.beam_size=8.")
+    # An unknown field (and any --flagfile) is read as the flag is defined.
+    with clean_errors((Exception,), lambda e: _one_line(e, sys.argv)):
+        return config_flags.DEFINE_config_dict("config", config_lib.base_config(), help)
 
 
 def override_values(config_flag: Any) -> dict[str, Any]:
@@ -61,15 +71,30 @@ def override_values(config_flag: Any) -> dict[str, Any]:
 def flag_config(config_flag: Any) -> ConfigDict:
     """The ``--config`` flag's config with its ``--config.FIELD=VALUE`` overrides applied by
     :func:`transformer_jax.config.apply_overrides` (so that a new ``data.name`` brings that
-    dataset's settings)."""
+    dataset's settings). An override of a field that selects defaults (config.SELECTORS:
+    the variant, the scale) is refused: it is chosen in the config argument."""
     from transformer_jax import config as config_lib
 
-    return config_lib.apply_overrides(config_flag.value, override_values(config_flag))
+    overrides = override_values(config_flag)
+    # The flag's config holds the overrides already, so none of SELECTORS can be told
+    # from the config file's own value: any is refused.
+    for field in config_lib.SELECTORS.keys() & overrides.keys():
+        raise config_lib.refuse_selector(field, overrides[field], "--config")
+    c = config_flag.value
+    if not isinstance(c, ConfigDict) or "model" not in c:
+        path = config_flags.get_config_filename(flags.FLAGS[config_flag.name])
+        raise UserError(f"--config={path}: get_config returned {type(c).__name__} "
+                        f"{str(c)[:40]!r}, not the ConfigDict of an experiment "
+                        "(config.from_arg builds one)")
+    return config_lib.apply_overrides(c, overrides)
 
 
 def no_extra_args(argv: list[str]) -> None:
+    """Refuses arguments after the command's flags in one line, exit status 2 (absl's
+    UsageError would print the usage text and exit 1)."""
     if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+        fail(f"unexpected arguments: {' '.join(argv[1:])} (this command takes flags only; "
+             "a value with spaces needs quotes)")
 
 
 def setup_logging() -> None:
@@ -83,8 +108,9 @@ def setup_logging() -> None:
 
 
 def fail(message: str) -> NoReturn:
-    """Ends the command with ``error: message`` on stderr and exit status 2 (bad input)."""
-    print(f"error: {message}", file=sys.stderr)
+    """Ends the command with ``error: message`` on stderr and exit status 2 (bad input); the
+    message is kept to one line (errors.shown)."""
+    print(f"error: {shown(message)}", file=sys.stderr)
     sys.exit(2)
 
 
@@ -116,9 +142,16 @@ def _parse_flags(argv: list[str]) -> list[str]:
             path = arg.split("=", 1)[1].split(":")[0]
             if not os.path.isfile(path):
                 fail(f"--config: no config file {path}")
-    # Any parse failure is bad input here.
-    with clean_errors((Exception,), lambda e: _one_line(e, argv)):
-        return flags.FLAGS(argv)
+    # Any parse failure is bad input here. ml_collections warns through absl's logger about
+    # a get_config returning None, which is then refused in one line.
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(logging.ERROR)
+    try:
+        with clean_errors((Exception,), lambda e: _one_line(e, argv)):
+            return flags.FLAGS(argv)
+    finally:
+        absl_logger.setLevel(level)
 
 
 def _one_line(e: BaseException, argv: list[str]) -> str:
@@ -130,6 +163,14 @@ def _one_line(e: BaseException, argv: list[str]) -> str:
             return match.group(1)
     if isinstance(e, UserError):
         return str(e)
+    if isinstance(e, flags.CantOpenFlagFileError):
+        return f"--flagfile: {lines[-1].removeprefix('ERROR:: ') if lines else e}"
+    in_file = _config_file_line(e, argv)
+    if in_file:
+        return in_file
+    if "Flag --config must have a value other than None" in str(e):
+        path = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), "")
+        return f"--config={path}: get_config returned None, not a config"
     if isinstance(e, KeyError | AttributeError):
         overrides = [a for a in argv if a.startswith("--config.")]
         field = str(e).strip("\"'")
@@ -138,6 +179,15 @@ def _one_line(e: BaseException, argv: list[str]) -> str:
     if "Error whilst parsing config file" in str(e):
         return f"--config: {lines[-1]}"
     return lines[0] if lines else type(e).__name__
+
+
+def _config_file_line(e: BaseException, argv: list[str]) -> str:
+    """"--config=FILE line N: ERROR" when ``e`` was raised in the code of the config file
+    named by ``argv`` (a syntax error in it, or an exception of its get_config); else ""."""
+    path = next((a.split("=", 1)[1].split(":")[0] for a in argv if a.startswith("--config=")),
+                "")
+    where = in_users_code(e, path) if path else ""
+    return f"--config={path} {where}" if where else ""
 
 
 def run(main: Callable[[list[str]], None]) -> None:

@@ -55,7 +55,7 @@ if __name__ == "__main__":
 
     cli.run(functools.partial(main, flags_={
         "workdir": cli.define_workdir_flag(required=False),
-        "out": flags.DEFINE_string("out", None, "The new directory to write.", required=True),
+        "out": cli.define_path_flag("out", "The new directory to write."),
         "average": flags.DEFINE_integer(
             "average", None, "Average the parameters of the last N checkpoints; 1: the latest "
             "alone. Default: as the run's config says (as evaluate and translate).",

@@ -6,12 +6,19 @@
 Re-running the same command resumes from the latest checkpoint in the workdir. Multi-host
 runs start one process per host with the same command; the processes find each other from
 --coordinator_address/--num_processes/--process_id, or from the environment (SLURM, Open
-MPI, Cloud TPU), see launch/.
+MPI, Cloud TPU), see launch/. When one process of such a run dies, the others end within
+seconds (exit status 5, errors.FAILED_PROCESS_EXIT_STATUS); starting every process again
+resumes from the last checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import sys
+import traceback
+from collections.abc import Iterator
 from typing import Any
 
 from absl import flags
@@ -22,6 +29,40 @@ _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", "", "host:port of process 0, for a multi-process run.")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", 0, "Processes in a multi-process run.")
 _PROCESS_ID = flags.DEFINE_integer("process_id", -1, "This process's index, 0-based.")
+_HEARTBEAT = flags.DEFINE_integer(
+    "heartbeat_timeout_s", 100, "Multi-process runs: a process silent this long is declared "
+    "dead and the run ends (JAX's default, 100 s).", lower_bound=1,
+    upper_bound=2**31 - 1)  # the coordination service's int32
+
+
+@contextlib.contextmanager
+def end_promptly_on_failure() -> Iterator[None]:
+    """In a multi-process run, ends this process at once when the run fails with anything
+    but bad input (which every process meets alike, and cli reports): one line on stderr,
+    after the traceback unless the failure is JAX's (a collective broken because another
+    process was killed: "Connection reset by peer"), and exit status 5.
+
+    Otherwise the process would wait at JAX's shutdown barrier for the dead one until the
+    coordination service's heartbeat timeout (100 s), then abort with a C++ stack dump.
+    """
+    try:
+        yield
+    except Exception as e:
+        import jax
+
+        if jax.process_count() == 1 or isinstance(e, cli.USER_ERRORS):
+            raise
+        from transformer_jax.errors import FAILED_PROCESS_EXIT_STATUS
+
+        if not isinstance(e, jax.errors.JaxRuntimeError):
+            traceback.print_exc()
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()),
+                     type(e).__name__)
+        print(f"error: process {jax.process_index()} of {jax.process_count()}: the run failed "
+              f"({first}); start every process again with the same command to resume from "
+              "the last checkpoint", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(FAILED_PROCESS_EXIT_STATUS)  # no shutdown barrier: a peer may be gone
 
 
 def main(argv: list[str], config_flag: Any, workdir_flag: Any) -> None:
@@ -33,10 +74,11 @@ def main(argv: list[str], config_flag: Any, workdir_flag: Any) -> None:
         # Bad values are refused before anything starts.
         config = config_lib.validate(cli.flag_config(config_flag))
         parallel.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value,
-                                        _PROCESS_ID.value)
+                                        _PROCESS_ID.value, _HEARTBEAT.value)
         from transformer_jax.training import train
 
-        train.train_and_evaluate(config, workdir_flag.value)
+        with end_promptly_on_failure():
+            train.train_and_evaluate(config, workdir_flag.value)
 
 
 if __name__ == "__main__":

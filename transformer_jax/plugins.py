@@ -5,10 +5,12 @@ adds to its path, are its entries, found by name."""
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import pkgutil
+from types import ModuleType
 
-from transformer_jax.errors import ConfigError
+from transformer_jax.errors import ConfigError, shown
 
 
 def directories(variable: str) -> list[str]:
@@ -27,3 +29,14 @@ def module_names(path: tuple[str, ...], variable: str) -> tuple[str, ...]:
             raise ConfigError(f"{variable}: {directory} is not a directory")
     return tuple(sorted({m.name for m in pkgutil.iter_modules(list(path))
                          if not m.ispkg and not m.name.startswith("_")}))
+
+
+def load(package: str, path: tuple[str, ...], variable: str, name: str, label: str
+         ) -> ModuleType:
+    """The entry ``name`` of the registry ``package`` (its module, imported); ConfigError
+    starting with ``label`` (how the user named it, e.g. ``--search=x``) and naming the known
+    entries for an unknown name."""
+    known = module_names(path, variable)
+    if name not in known:
+        raise ConfigError(f"{shown(label)} is not one of {', '.join(known)}")
+    return importlib.import_module(f"{package}.{name}")

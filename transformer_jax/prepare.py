@@ -9,7 +9,7 @@ Then train with ``--config.data.data_dir`` at the same folder. The library is
 
 from __future__ import annotations
 
-from absl import app, flags
+from absl import flags
 
 from transformer_jax import cli
 
@@ -22,7 +22,7 @@ def main(argv: list[str]) -> None:
     from transformer_jax.data import prepare
 
     if len(argv) != 2:
-        raise app.UsageError("give one dataset name, e.g. wmt14_ende")
+        cli.fail("give one dataset name, e.g. python -m transformer_jax.prepare wmt14_ende")
     with cli.clean_errors():
         for split, count in prepare.prepare(argv[1], _DATA_DIR.value).items():
             print(f"{split}: {count} pairs")

@@ -74,7 +74,7 @@ def test_dataset_is_a_field_of_its_own():
     ("model.num_heads", 7, "model.num_heads=7 must divide model.d_model=512"),
     ("model.dropout_rate", 1.0, "model.dropout_rate=1.0 must be a number in [0.0, 1.0)"),
     ("train.label_smoothing", -0.1, "train.label_smoothing=-0.1 must be a number"),
-    ("model.positions", "rotary", "model.positions='rotary' is not one of"),
+    ("model.positions", "alibi", "model.positions='alibi' is not one of"),
     ("data.max_len", 1024, "data.max_len=1024 exceeds model.max_len=512"),
     ("data.row_len", 320, "data.row_len=320 exceeds data.max_len=256"),
     ("data.row_len", -64, "data.row_len=-64 must be an integer >= 0"),
@@ -124,7 +124,8 @@ def test_command_line_errors_are_one_line(args, message):
 def test_attention_kernels_are_switches_on_the_base_model():
     m = config_lib.build("base").model
     assert (m.attention, m.num_kv_heads) == ("dense", 0)  # the paper's
-    assert config_lib.CHOICES["model.attention"] == ("dense", "blockwise", "cudnn", "local")
+    assert config_lib.CHOICES["model.attention"] == ("dense", "blockwise", "cudnn", "linear",
+                                                     "local", "local_global", "performer")
     for kernel in config_lib.CHOICES["model.attention"]:
         c = config_lib.build("base")
         c.model.update(attention=kernel, num_kv_heads=2, block_size=128, local_window=32)
@@ -133,7 +134,7 @@ def test_attention_kernels_are_switches_on_the_base_model():
 
 @pytest.mark.parametrize("changes,message", [
     (dict(attention="flash"), "model.attention='flash' is not one of dense, blockwise, cudnn, "
-     "local$"),
+     "linear, local, local_global, performer$"),
     (dict(block_size=0), "model.block_size=0 must be an integer >= 1"),
     (dict(local_window=0), "model.local_window=0 must be an integer >= 1"),
     (dict(num_kv_heads=3), "model.num_kv_heads=3 must divide model.num_heads=8"),
@@ -245,7 +246,8 @@ def test_every_value_out_of_range_is_refused_naming_the_field_and_the_range(path
     ("decode.alpha", -0.5, "decode.alpha=-0.5 must be a number in [0.0, inf]"),
     ("train.peak_flops", -1.0, "train.peak_flops=-1.0 must be a number in [0.0, inf]"),
     ("model.norm", "mid", "model.norm='mid' is not one of post, pre"),
-    ("model.positions", "rotary", "model.positions='rotary' is not one of sinusoidal, learned"),
+    ("model.positions", "alibi", "model.positions='alibi' is not one of sinusoidal, learned, "
+                                "rotary"),
     ("model.dtype", "float16", "model.dtype='float16' is not one of float32, bfloat16"),
     ("decode.strategy", "nucleus", "decode.strategy='nucleus' is not one of greedy, beam, "
                                    "sample"),

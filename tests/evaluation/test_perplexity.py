@@ -38,7 +38,7 @@ def test_split_perplexity_agrees_with_the_training_loop():
         batches.append(batch)
     ours = perplexity.split_perplexity(params, config, batches)
     run = config_lib.build("base")
-    run.train.devices = 2  # the training loop's pmapped evaluation over two devices
+    run.train.devices = 2  # the training loop's evaluation over two devices
     state = create_train_state(run, config, jax.random.key(0)).replace(params=params)
     executor = make_executor(run, config, state)
     theirs = perplexity.loss_over_batches(

@@ -9,10 +9,12 @@ import jax
 import numpy as np
 import pytest
 
-ctranslate2 = pytest.importorskip("ctranslate2")
+from ..needs import require
+
+ctranslate2 = require("ctranslate2", "the test extra: pip install -e '.[test]'")
 
 from transformer_jax.data import sources  # noqa: E402
-from transformer_jax.data.pipeline import pad_batch  # noqa: E402
+from transformer_jax.data.batching import pad_batch  # noqa: E402
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 from transformer_jax.decoding import decode  # noqa: E402
 from transformer_jax.exports import ctranslate2 as target, mapping  # noqa: E402
@@ -96,6 +98,7 @@ def greedy(run):
     return _ours(run, decode.DecodeConfig(strategy="greedy"))
 
 
+@pytest.mark.slow
 def test_scores_greedy_and_beam_match_ours(run, greedy, tmp_path):
     translator = _export(run, tmp_path / "ct2")
     gap = _score_gap(run, translator)
@@ -114,9 +117,13 @@ def test_a_wrong_mapping_fails_the_checks(run, greedy, tmp_path):
     swap = np.arange(mc.d_model).reshape(-1, 2)[:, ::-1].reshape(-1)
     table = mapping.layers_of(loaded.params, mc).source_positions[:, swap]
     assert _score_gap(run, _export(run, tmp_path / "positions", positions=table)) > 1e-2
-    # End of sentence and unknown exchanged.
+    # End of sentence exchanged with the piece our greedy translations emit most (a model of
+    # 30 steps may emit neither end of sentence nor unknown, and exchanging those two would
+    # then leave its translations as they were).
+    emitted = [i for row in greedy for i in row]
+    common = int(np.bincount(emitted).argmax()) if emitted else UNK_ID
     order = np.arange(mc.vocab_size)
-    order[[EOS_ID, UNK_ID]] = order[[UNK_ID, EOS_ID]]
+    order[[EOS_ID, common]] = order[[common, EOS_ID]]
     wrong_ids = _export(run, tmp_path / "ids", id_order=order)
     assert _score_gap(run, wrong_ids) > 1e-2
     assert _theirs(run, wrong_ids, beam_size=1) != greedy

@@ -1,23 +1,30 @@
-"""The MarianMT export of the tiny trained model: read back without PyTorch (safetensors and
-config.json, through --from_hf) it gives our logits again; against transformers' MarianMT
-(slow, needs the hf extra) its logits agree both ways and greedy search gives our ids."""
+"""The MarianMT export of the tiny trained model, checked by an independent path: MarianMT's
+forward pass written in numpy from the architecture's description (marian_numpy.py) runs on
+the exported safetensors and gives our logits, and on a MarianMT directory of random weights
+read in with --from_hf gives the imported model's; against transformers' MarianMT itself (slow,
+needs the hf extra) the logits agree both ways and greedy search gives our ids."""
 
 import json
 import shutil
+import subprocess
+import sys
 
 import jax
 import numpy as np
 import pytest
 
-pytest.importorskip("safetensors")
+from ..needs import require
 
-from transformer_jax.data.pipeline import pad_batch  # noqa: E402
+require("safetensors", "the test extra: pip install -e '.[test]'")
+
+from transformer_jax.data.batching import pad_batch  # noqa: E402
 from transformer_jax.data.tokenizer import EOS_ID  # noqa: E402
 from transformer_jax.decoding import decode  # noqa: E402
 from transformer_jax.exports import hf, mapping  # noqa: E402
 from transformer_jax.model.transformer import Transformer, shift_right  # noqa: E402
 
 from ..helpers import run_command  # noqa: E402
+from . import marian_numpy  # noqa: E402
 
 # A padded batch of several lengths: sources and targets ending with EOS.
 SOURCES = [[5, 6, 7, 8, 9, 10, EOS_ID], [11, 12, EOS_ID], [13, EOS_ID], [14, 15, 16, 17, EOS_ID]]
@@ -53,13 +60,73 @@ def test_the_directory_holds_what_marian_reads(exported):
     assert "## Provenance" in card and "## Final metrics" in card
 
 
-def test_read_back_it_gives_our_logits(trained_workdir, exported, tmp_path):
-    workdir = tmp_path / "back"
-    ran = run_command("export", "hf", f"--from_hf={exported}", f"--out={workdir}")
+def _marian(directory, sd=None):
+    """MarianMT's logits (the numpy pass) of the batch from a directory's config.json and
+    model.safetensors (or the state dict ``sd``)."""
+    from safetensors.numpy import load_file
+
+    config = json.loads((directory / "config.json").read_text())
+    sd = load_file(directory / "model.safetensors") if sd is None else sd
+    src = np.asarray(pad_batch(SOURCES, max(map(len, SOURCES))))
+    tgt = pad_batch(TARGETS, max(map(len, TARGETS)))
+    return marian_numpy.logits(sd, config, src, np.asarray(shift_right(tgt)))
+
+
+def test_marian_computed_from_the_export_gives_our_logits(trained_workdir, exported):
+    from safetensors.numpy import load_file
+
+    sd = load_file(exported / "model.safetensors")
+    config = json.loads((exported / "config.json").read_text())
+    assert {k: v.shape for k, v in sd.items()} == marian_numpy.state_dict_shapes(config)
+    table = marian_numpy.position_table(config["max_position_embeddings"], config["d_model"])
+    for side in ("encoder", "decoder"):
+        np.testing.assert_allclose(sd[f"model.{side}.embed_positions.weight"], table,
+                                   atol=1e-6)
+    ours, mask = _logits(mapping.load(trained_workdir, 1)[0])
+    gap = np.abs(_marian(exported, sd) - ours)[mask].max()
+    # LayerNorm's epsilon, 1e-5 in MarianMT and 1e-6 in ours, is the only difference.
+    assert gap < 1e-4, gap
+
+
+def test_an_export_without_the_channel_permutation_fails_the_check(trained_workdir, exported,
+                                                                   tmp_path, monkeypatch):
+    # Our interleaved sines and cosines written as they are: MarianMT's table would add the
+    # wrong position to every channel (the check above must be able to fail).
+    monkeypatch.setattr(hf, "channels", lambda d: np.arange(d))
+    unpermuted = tmp_path / "unpermuted"
+    ran = run_command("export", "hf", f"--workdir={trained_workdir}", f"--out={unpermuted}",
+                      "--average=1")
     assert ran.returncode == 0, ran.stderr
     ours, mask = _logits(mapping.load(trained_workdir, 1)[0])
-    back, _ = _logits(mapping.load(workdir, 1)[0])
-    assert np.abs(ours - back)[mask].max() < 1e-5
+    assert np.abs(_marian(unpermuted) - ours)[mask].max() > 1e-2
+
+
+def test_a_marian_directory_of_random_weights_is_read_in_as_marian_computes_it(exported,
+                                                                              tmp_path):
+    # A MarianMT directory not made by our export: random weights under MarianMT's names
+    # and no run config (as a directory from elsewhere comes).
+    config = json.loads((exported / "config.json").read_text())
+    rng = np.random.default_rng(0)
+    sd = {name: rng.normal(1.0 if "layer_norm.weight" in name else 0.0, 0.3, shape)
+          .astype(np.float32) for name, shape in marian_numpy.state_dict_shapes(config).items()}
+    for name in sd:
+        if ".k_proj.bias" in name:  # our attention has no key bias (the import refuses one)
+            sd[name] = np.zeros_like(sd[name])
+    table = marian_numpy.position_table(config["max_position_embeddings"], config["d_model"])
+    sd["model.encoder.embed_positions.weight"] = sd["model.decoder.embed_positions.weight"] = table
+    foreign = tmp_path / "foreign"
+    shutil.copytree(exported, foreign)
+    (foreign / hf.RUN_CONFIG).unlink()
+    from safetensors.numpy import save_file
+
+    save_file(sd, foreign / "model.safetensors", metadata={"format": "pt"})
+    workdir = tmp_path / "in"
+    ran = run_command("export", "hf", f"--from_hf={foreign}", f"--out={workdir}")
+    assert ran.returncode == 0, ran.stderr
+    ours, mask = _logits(mapping.load(workdir, 1)[0])
+    theirs = _marian(foreign, sd)
+    assert np.abs(theirs).max() > 1  # logits far from zero: the comparison means something
+    assert np.abs(theirs - ours)[mask].max() < 1e-4
 
 
 def test_the_channel_permutation_puts_sines_first():
@@ -83,36 +150,56 @@ def test_a_damaged_marian_directory_is_one_line(exported, tmp_path):
     assert ran.returncode == 2 and "activation_function='gelu'" in ran.stderr
 
 
+# transformers' MarianMT, run in a process of its own: importing PyTorch's Triton into a test
+# worker that has loaded TensorFlow or JAX's accelerator plugins can crash it (a segmentation
+# fault seen in CI), and a crash there would take the other tests of the worker with it.
+MARIAN = """
+import sys
+import numpy as np
+import torch
+import transformers
+
+exported, arrays, out, max_len = sys.argv[1:]
+a = np.load(arrays)
+model = transformers.MarianMTModel.from_pretrained(exported).eval()
+src = torch.tensor(a["src"])
+with torch.no_grad():
+    logits = model(input_ids=src, attention_mask=src != 0,
+                   decoder_input_ids=torch.tensor(a["decoder_inputs"])).logits.numpy()
+    generated = model.generate(input_ids=src, attention_mask=src != 0, num_beams=1,
+                               do_sample=False, max_new_tokens=int(max_len)).numpy()
+np.savez(out, logits=logits, generated=generated)
+"""
+
+
 @pytest.mark.slow
 def test_transformers_gives_our_logits_and_greedy_ids(trained_workdir, exported, tmp_path):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    require("torch", "the hf extra: pip install -e '.[hf]'")
+    require("transformers", "the hf extra: pip install -e '.[hf]'")
     loaded = mapping.load(trained_workdir, 1)[0]
     ours, mask = _logits(loaded)
-    model = transformers.MarianMTModel.from_pretrained(str(exported)).eval()
     src = np.asarray(pad_batch(SOURCES, max(map(len, SOURCES))))
     tgt = pad_batch(TARGETS, max(map(len, TARGETS)))
-    with torch.no_grad():
-        theirs = model(input_ids=torch.tensor(src), attention_mask=torch.tensor(src != 0),
-                       decoder_input_ids=torch.tensor(np.asarray(shift_right(tgt)))).logits
-    gap = np.abs(theirs.numpy() - ours)[mask].max()
+    max_len = 20
+    np.savez(tmp_path / "in.npz", src=src, decoder_inputs=np.asarray(shift_right(tgt)))
+    ran = subprocess.run([sys.executable, "-c", MARIAN, str(exported), str(tmp_path / "in.npz"),
+                          str(tmp_path / "out.npz"), str(max_len)],
+                         capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr
+    theirs = np.load(tmp_path / "out.npz")
+    gap = np.abs(theirs["logits"] - ours)[mask].max()
     print(f"max |logit difference| on a padded batch: {gap:.3g}")
     assert gap < 1e-4
     # Back: the directory read into our model gives transformers' logits.
     assert run_command("export", "hf", f"--from_hf={exported}",
                        f"--out={tmp_path / 'back'}").returncode == 0
     back, _ = _logits(mapping.load(tmp_path / "back", 1)[0])
-    gap = np.abs(theirs.numpy() - back)[mask].max()
+    gap = np.abs(theirs["logits"] - back)[mask].max()
     print(f"read back: max |logit difference| against transformers: {gap:.3g}")
     assert gap < 1e-4
-    max_len = 20
     greedy = np.asarray(decode.greedy_decode(loaded.params, src, config=loaded.model_config,
                                              max_len=max_len))
-    with torch.no_grad():
-        generated = model.generate(input_ids=torch.tensor(src),
-                                   attention_mask=torch.tensor(src != 0), num_beams=1,
-                                   do_sample=False, max_new_tokens=max_len).numpy()
-    for row, out in zip(greedy, generated, strict=True):
+    for row, out in zip(greedy, theirs["generated"], strict=True):
         mine = row.tolist()[: row.tolist().index(EOS_ID) + 1 if EOS_ID in row else max_len]
         assert out[1:1 + len(mine)].tolist() == mine
 

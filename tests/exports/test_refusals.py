@@ -19,6 +19,10 @@ BASE = TransformerConfig(vocab_size=100, num_layers=1, d_model=32, d_ff=64, num_
 @pytest.mark.parametrize("target", [ctranslate2, hf])
 @pytest.mark.parametrize("change, field", [
     ({"attention": "local"}, "model.attention='local'"),
+    ({"attention": "local_global"}, "model.attention='local_global'"),
+    ({"attention": "linear"}, "model.attention='linear'"),
+    ({"attention": "performer"}, "model.attention='performer'"),
+    ({"positions": "rotary"}, "model.positions='rotary'"),
     ({"num_kv_heads": 1}, "model.num_kv_heads=1"),
     ({"d_v": 16}, "model.d_v=16"),
 ])
@@ -26,6 +30,15 @@ def test_both_targets_refuse(target, change, field):
     target.check(BASE)  # the paper's model passes
     with pytest.raises(ConfigError, match=field.replace("(", r"\(")):
         target.check(BASE.replace(**change))
+
+
+def test_rotary_positions_are_refused_in_one_line_naming_the_tables_the_targets_take():
+    with pytest.raises(ConfigError) as raised:
+        ctranslate2.check(BASE.replace(positions="rotary"))
+    assert str(raised.value) == (
+        "model.positions='rotary': CTranslate2 takes a position table added to the "
+        "embeddings, not positions inside attention (the export would translate differently; "
+        "tables: sinusoidal, learned)")
 
 
 def test_exact_kernels_pass():

@@ -176,6 +176,10 @@ def test_resume_conflicts_name_each_fixed_field_and_both_values():
     assert resume.resume_conflicts(saved, _config_dict(**{
         "train.num_steps": 99, "decode.beam_size": 1, "optim.warmup_steps": 7,
         "model.remat": True, "model.block_size": 64, "model.attention": "blockwise"})) == []
+    # Where the token ids are read from changes no batch: the token cache's settings.
+    assert resume.resume_conflicts(saved, _config_dict(**{
+        "data.token_cache": True, "data.token_cache_dir": "/elsewhere",
+        "data.token_cache_wait_s": 60.0})) == []
     assert resume.resume_conflicts(saved, _config_dict(**{
         "model.d_model": 256, "data.vocab_size": 300, "data.name": "text",
         "model.attention": "local", "optim.grad_accum_steps": 2})) == [

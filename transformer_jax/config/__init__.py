@@ -47,16 +47,32 @@ from transformer_jax.config.fields import (
     get_field,
     set_field,
 )
-from transformer_jax.config.overrides import apply_overrides
+from transformer_jax.config.overrides import (
+    SELECTORS,
+    apply_overrides,
+    dataset_fields,
+    refuse_selector,
+)
 from transformer_jax.config.scales import SCALES, Scale
 from transformer_jax.config.table3 import quantity, table3_rows
-from transformer_jax.config.validation import BOOLS, CHOICES, FLOATS, INTS, STRINGS, validate
+from transformer_jax.config.validation import (
+    BOOLS,
+    CHOICES,
+    FLOATS,
+    INT_MAX,
+    INTS,
+    SEED_MAX,
+    STRINGS,
+    check_value,
+    validate,
+)
 from transformer_jax.config.variants import QUANTITIES, VARIANTS, Variant
 
 __all__ = [
-    "BOOLS", "CHOICES", "DATASETS", "FLOATS", "INTS", "MODEL_FIELDS", "QUANTITIES", "SCALES",
-    "SEED_FIELDS", "STRINGS", "VARIANTS", "Dataset", "Scale", "Variant", "apply_all",
-    "apply_overrides", "apply_scale", "base_config", "build", "checkpoints_to_average",
-    "dataset_settings", "datasets", "derived_dims", "from_arg", "get_field",
-    "parse_variant_arg", "quantity", "set_field", "table3_rows", "validate",
+    "BOOLS", "CHOICES", "DATASETS", "FLOATS", "INTS", "INT_MAX", "MODEL_FIELDS", "QUANTITIES",
+    "SCALES", "SEED_FIELDS", "SEED_MAX", "SELECTORS", "STRINGS", "VARIANTS", "Dataset", "Scale",
+    "Variant", "apply_all", "apply_overrides", "apply_scale", "base_config", "build",
+    "check_value", "checkpoints_to_average", "dataset_fields", "dataset_settings", "datasets",
+    "derived_dims", "from_arg", "get_field", "parse_variant_arg", "quantity", "refuse_selector",
+    "set_field", "table3_rows", "validate",
 ]

@@ -13,9 +13,10 @@ from transformer_jax.config import datasets
 from transformer_jax.model.spec import TransformerConfig
 
 # The fields of the config's ``model`` section: every hyperparameter of TransformerConfig but
-# the vocabulary (the data's) and the switches the code sets (evaluation, decoding).
+# the vocabulary (the data's) and the switches the code sets (evaluation, decoding, the
+# position scale of decode.position_scale).
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(TransformerConfig)
-                     if f.name not in ("vocab_size", "deterministic", "decode"))
+                     if f.name not in ("vocab_size", "deterministic", "decode", "position_scale"))
 
 # The seed of a sweep's seed axis sets all of these: initialisation and dropout, and the
 # order of the training data.
@@ -59,9 +60,15 @@ def base_config() -> ml_collections.ConfigDict:
     d.row_len = 0
     d.tokens_per_batch = 25_000  # per side, per optimizer step, summed over devices
     d.packing = True
-    # Read each split's token ids from a cache written next to the vocabulary on first use
-    # (data/token_cache.py) instead of tokenizing every pair every epoch; same batches.
+    # Read each split's token ids from a cache written once on first use (data/token_cache.py)
+    # instead of tokenizing every pair every epoch; same batches. It is shared by every run of
+    # the same vocabulary and data: "" keeps it in the sweep root's tokens/ for the points of
+    # a sweep, in the workdir's vocab/tokens/ otherwise; a path (local or gs://) keeps it
+    # there. A process waits at most token_cache_wait_s seconds for another that writes it,
+    # then tokenizes on the fly. None of the three changes the batches.
     d.token_cache = True
+    d.token_cache_dir = ""
+    d.token_cache_wait_s = 3600.0
     # The data is read in this many shards (0: one per process). The batches depend on it, not
     # on the number of processes: set it to compare runs with different process counts.
     d.num_shards = 0
@@ -79,6 +86,8 @@ def base_config() -> ml_collections.ConfigDict:
     o.warmup_steps = 4000
     o.lr_scale = 1.0  # multiplies the schedule's learning rate
     o.min_lr_ratio = 0.1  # warmup_cosine: the rate at the last step, as a fraction of the peak
+    # Micro-batches an optimizer step sums (data.tokens_per_batch is split among them): the
+    # loss is per target token of the whole step, Adam applied once, steps counted once.
     o.grad_accum_steps = 1
 
     c.train = t = ml_collections.ConfigDict()
@@ -100,7 +109,9 @@ def base_config() -> ml_collections.ConfigDict:
     # that are kept. Separate from keep_checkpoints, which is about disk space and falling
     # back from a damaged checkpoint: a run may keep more than it averages (the demo).
     t.average_checkpoints = 0
-    t.parallel = "pmap"  # or "sharded": jax.jit over a device mesh
+    # "sharded": jax.jit over a ("data", "model") device mesh, XLA placing the collectives;
+    # "pmap": the design card's replicas, gradients all-reduced in the step (docs/scale.md).
+    t.parallel = "sharded"
     t.model_parallel = 1  # "sharded" only: devices per model replica (splits heads and d_ff)
     t.devices = 0  # local devices to train on; 0 = all of them
     t.peak_flops = 0.0  # per device, for MFU; 0 = known accelerator's or a CPU matmul probe
@@ -134,12 +145,18 @@ def base_config() -> ml_collections.ConfigDict:
     s.study = ""  # the study's name
     s.trial = 0  # the trial's number in the study
     s.objective = "perplexity"  # a validation figure, io/metric_keys.py OBJECTIVES
-    # "median" (optuna's MedianPruner), "asha" (SuccessiveHalvingPruner) or "none"
-    s.prune = "median"
+    # The pruner, a module of training/pruners/ (which checks the name): "asha" (successive
+    # halving from the first rung), "median" (optuna's MedianPruner) or "none". The default
+    # pruner of every search and pruned grid is this one.
+    s.prune = "asha"
     s.startup_trials = 5  # median: no pruning before this many trials have completed
     # No pruning before this optimizer step (median's n_warmup_steps; asha's min_resource,
     # its first rung, with 0 for optuna's "auto").
     s.min_steps = 0
+    s.reduction_factor = 3  # asha: the best 1/3 of the trials at a rung go on (Hyperband's eta)
+    # asha: the first this many trials to reach the first rung stop there, the reference the
+    # later ones are ranked against (a search's start-up trials); 0: none.
+    s.reference_trials = 0
 
     c.decode = dc = ml_collections.ConfigDict()
     dc.strategy = "beam"  # or "greedy", or "sample" (not in the paper)
@@ -152,4 +169,8 @@ def base_config() -> ml_collections.ConfigDict:
     dc.top_p = 1.0
     dc.seed = 0
     dc.batch_size = 64  # sentences per decoding batch (times beam_size hypotheses)
+    # Positions are multiplied by this when translating: position interpolation (Chen et al.,
+    # 2023) for schemes that take fractional positions (sinusoidal, rotary). A model trained
+    # on sentences up to L tokens reads L / scale with the distances it knows. 1: off.
+    dc.position_scale = 1.0
     return c

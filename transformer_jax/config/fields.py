@@ -16,8 +16,8 @@ def get_field(c: ml_collections.ConfigDict, path: str) -> Any:
     """The value of the field ``path`` ("a.b": ``c.a.b``); ConfigError if there is none."""
     node = c
     for part in path.split("."):
-        if part not in node:
-            raise ConfigError(f"the config has no field {path}")
+        if not isinstance(node, ml_collections.ConfigDict) or part not in node:
+            raise ConfigError(f"the config has no field {path or repr(path)}")
         node = node[part]
     return node
 
@@ -30,14 +30,21 @@ def set_field(c: ml_collections.ConfigDict, path: str, value: Any, origin: str =
     node = c
     for part in parents:
         if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
-            raise ConfigError(f"{where}unknown config field {path}")
+            raise ConfigError(f"{where}unknown config field {path or repr(path)}")
         node = node[part]
     if leaf not in node or isinstance(node[leaf], ml_collections.ConfigDict):
-        raise ConfigError(f"{where}unknown config field {path}")
+        raise ConfigError(f"{where}unknown config field {path or repr(path)}")
     try:
         node[leaf] = value
-    except TypeError as e:
-        raise ConfigError(f"{where}{path}={value!r}: {e}") from e
+    except (TypeError, ValueError) as e:  # ml_collections' own message runs over lines
+        kind = type(node[leaf]).__name__
+        raise ConfigError(f"{where}{path}={_short(value)} is not of the field's type "
+                          f"({kind})") from e
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def apply_all(c: ml_collections.ConfigDict, overrides: Mapping[str, Any], origin: str) -> None:

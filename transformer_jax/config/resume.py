@@ -12,20 +12,26 @@ from typing import Any
 from ml_collections import ConfigDict
 
 from transformer_jax import config as config_lib
-from transformer_jax.errors import UserError
+from transformer_jax.errors import UserError, shown
 from transformer_jax.io import layout, storage, workdirs
 from transformer_jax.io.workdirs import now, read_config
 from transformer_jax.model import kernels
 
 # Settings that cannot change when a run resumes: every model and data field (the
 # parameters' shapes, the vocabulary, the batches and the data position saved with each
-# checkpoint), and the accumulation steps (the optimizer state's structure and the step
-# count). Everything else (train.num_steps, the intervals, decode.*, optim.warmup_steps...)
-# may change; the changes are recorded in config_changes.jsonl.
+# checkpoint), and the accumulation steps (the rows of each micro-batch follow them, and the
+# data position is saved in micro-batches of those rows). Everything else
+# (train.num_steps, train.parallel, the intervals, decode.*, optim.warmup_steps...) may
+# change; the changes are recorded in config_changes.jsonl.
 FIXED_SECTIONS = ("model", "data")
 FIXED_FIELDS = ("optim.grad_accum_steps",)
 # Model fields that compute the same numbers another way: they may change.
 FREE_MODEL_FIELDS = ("model.block_size", "model.remat")
+# The state of optax.MultiSteps, which accumulated gradients before the train step summed a
+# step's micro-batches itself: its running sum, saved with every checkpoint of such a run.
+MULTISTEPS_LEAVES = "opt_state/acc_grads/"
+# Data fields that read the same ids from elsewhere (the token cache): they may change.
+FREE_DATA_FIELDS = ("data.token_cache", "data.token_cache_dir", "data.token_cache_wait_s")
 
 
 def workdir_config(workdir: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
@@ -43,9 +49,7 @@ def workdir_config(workdir: str | os.PathLike, overrides: Mapping[str, Any] | No
     if saved is None:
         raise UserError(f"{path}: no such file; --workdir must be the workdir of a training "
                         "run")
-    # Fields added since the run was started keep their defaults.
-    config = config_lib.base_config()
-    _merge(config, saved, str(path))
+    config = config_from_dict(saved, str(path))
     for field, value in (overrides or {}).items():
         if not any(field == a or field.startswith(a + ".") for a in allowed):
             names = ", ".join(f"--config.{a}" + ("" if "." in a else ".*") for a in allowed)
@@ -55,17 +59,47 @@ def workdir_config(workdir: str | os.PathLike, overrides: Mapping[str, Any] | No
     return config_lib.validate(config)
 
 
-def _merge(config: ConfigDict, values: dict[str, Any], origin: str, prefix: str = "") -> None:
+def config_from_dict(saved: dict[str, Any], origin: str) -> ConfigDict:
+    """The config of ``saved`` (sections of fields, as in a config.json): the base config
+    with its values set (fields added since it was written keep their defaults; those this
+    version lacks are left out with a warning), validated. UserError naming ``origin`` (the
+    file) and the field that does not fit."""
+    config = config_lib.base_config()
+    unknown: list[str] = []
+    _merge(config, saved, origin, unknown=unknown)
+    if unknown:
+        logging.warning("warning: %s: ignored field(s) this version does not have: %s", origin,
+                        ", ".join(unknown[:10]) + (", ..." if len(unknown) > 10 else ""))
+    try:
+        return config_lib.validate(config)
+    except UserError as e:
+        raise UserError(f"{origin}: {e}") from None
+
+
+def _merge(config: ConfigDict, values: dict[str, Any], origin: str, prefix: str = "",
+           unknown: list[str] | None = None) -> None:
+    """Sets the fields of ``config`` to ``values`` (nested dicts, as in config.json).
+
+    A section must be an object and a field a value (UserError naming ``origin`` and the
+    field); the names ``config`` lacks are listed in ``unknown`` and left out."""
     for key, value in values.items():
-        if isinstance(value, dict):
-            if key not in config:
-                config[key] = ConfigDict()
-            _merge(config[key], value, origin, f"{prefix}{key}.")
+        if key not in config:
+            if unknown is not None:
+                unknown.append(shown(f"{prefix}{key}"))
             continue
+        if isinstance(config[key], ConfigDict):
+            if not isinstance(value, dict):
+                raise UserError(f"{origin}: {shown(prefix + key)} is {str(value)[:40]!r}, "
+                                "not an object of fields")
+            _merge(config[key], value, origin, f"{prefix}{key}.", unknown)
+            continue
+        if isinstance(value, dict):
+            raise UserError(f"{origin}: {shown(prefix + key)} is an object, not a value")
         try:
             config[key] = value
-        except TypeError as e:
-            raise UserError(f"{origin}: {prefix}{key}={value!r}: {e}") from e
+        except (TypeError, ValueError) as e:
+            raise UserError(f"{origin}: {shown(prefix + key)}={str(value)[:40]!r} is not of the "
+                            f"field's type ({type(config[key]).__name__})") from e
 
 
 def config_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -97,7 +131,7 @@ def resume_conflicts(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
             continue
         # Kernels of the same function (the paper's softmax attention over every key, the
         # ``exact`` trait) may replace each other; "local" attends to fewer keys and may not.
-        if field in FREE_MODEL_FIELDS or (
+        if field in FREE_MODEL_FIELDS + FREE_DATA_FIELDS or (
                 field == "model.attention" and {old, value} <= set(kernels.having("exact"))):
             continue
         out.append(f"{field}: {old!r} in the workdir, {value!r} asked")
@@ -122,6 +156,7 @@ def remember_config(workdir: str | os.PathLike, new: dict[str, Any], resuming: b
             storage.write_atomically(workdir / layout.CONFIG, json.dumps(new, indent=2))
             (workdir / layout.CONFIG_CHANGES).unlink(missing_ok=True)
         return {}
+    refuse_micro_batch_checkpoints(workdir, saved)
     conflicts = resume_conflicts(saved, new)
     if not workdirs.checkpoint_steps_on_disk(workdir):
         conflicts = [c for c in conflicts if c.startswith("data.")]
@@ -135,6 +170,35 @@ def remember_config(workdir: str | os.PathLike, new: dict[str, Any], resuming: b
         logging.info("settings changed since the last run of %s: %s", workdir, ", ".join(
             f"{k} {old!r} -> {value!r}" for k, (old, value) in changes.items()))
     return changes
+
+
+def refuse_micro_batch_checkpoints(workdir: storage.Path, saved: dict[str, Any]) -> None:
+    """Raises UserError, in one line, if the workdir's newest readable checkpoint was written
+    by an accumulating run (``optim.grad_accum_steps`` > 1 in its config.json) of a version
+    before the train step summed micro-batches itself: those numbered checkpoints in
+    micro-batches and saved ``optax.MultiSteps``'s state (``MULTISTEPS_LEAVES``), which this
+    version neither restores nor counts alike. The fact is read from the checkpoint's own
+    metadata (no array is read). Runs without accumulation wrote what this version writes,
+    and resume."""
+    optim = saved.get("optim") if isinstance(saved.get("optim"), dict) else {}
+    accum = optim.get("grad_accum_steps", 1)
+    steps = workdirs.checkpoint_steps_on_disk(workdir)
+    if not isinstance(accum, int) or accum <= 1 or not steps:
+        return
+    from transformer_jax.io import checkpoints  # orbax and JAX, only for such a workdir
+
+    for step in reversed(steps):  # the newest whose metadata reads (a damaged one is skipped)
+        shapes = checkpoints.saved_shapes(workdir / layout.CHECKPOINTS / str(step))
+        if shapes is None:
+            continue
+        if any(path.startswith(MULTISTEPS_LEAVES) for path in shapes):
+            raise UserError(
+                f"{workdir}: checkpoint {step} was written by an older version that numbered "
+                f"checkpoints in micro-batches ({step} = {step / accum:g} optimizer steps of "
+                f"optim.grad_accum_steps={accum}) and saved optax.MultiSteps's state; this "
+                "version counts optimizer steps and cannot resume it: train in a new "
+                "--workdir (evaluate and translate still read its checkpoints)")
+        return
 
 
 def _plain(value: Any) -> Any:

@@ -14,12 +14,12 @@ from transformer_jax.config.fields import derived_dims, get_field
 from transformer_jax.config.scales import SCALES
 from transformer_jax.errors import ConfigError
 from transformer_jax.io import metric_keys
-from transformer_jax.model import kernels
+from transformer_jax.model import kernels, positions
 
 # Fields holding one of a set of strings. The datasets' are the registry's names, read as
 # they are when a config is checked (a dataset registered since counts).
 CHOICES: dict[str, Collection[str]] = {
-    "model.positions": ("sinusoidal", "learned"),
+    "model.positions": positions.names(),
     "model.norm": ("post", "pre"),
     "model.attention": kernels.names(),
     "model.dtype": ("float32", "bfloat16"),
@@ -29,18 +29,20 @@ CHOICES: dict[str, Collection[str]] = {
     "train.parallel": ("pmap", "sharded"),
     "train.nonfinite": ("skip", "stop"),
     "search.objective": metric_keys.OBJECTIVES,
-    "search.prune": ("median", "asha", "none"),
     "decode.strategy": ("greedy", "beam", "sample"),
     "scale": tuple(SCALES),
 }
 
 # Fields holding strings without a fixed set of values ("" allowed where it means a default).
 STRINGS = ("variant", "optim.schedule", "data.data_dir", "data.source_lang", "data.target_lang",
-           "data.train_files", "data.eval_files", "data.test_files", "search.storage",
-           "search.study")
+           "data.train_files", "data.eval_files", "data.test_files", "data.token_cache_dir",
+           "search.storage", "search.study", "search.prune")
 BOOLS = ("model.share_embeddings", "model.remat", "data.packing", "data.token_cache",
          "train.stop_on_divergence")
-# Integer fields and their lowest allowed value.
+# Integer fields and their lowest allowed value. Every integer is also at most INT_MAX (the
+# int32 of JAX's arrays and step counters), the seeds at most SEED_MAX and model.max_len at
+# most MAX_POSITIONS (HIGHEST): a value past these would pass here and fail later, or be cut
+# to fewer bits and silently repeat another.
 INTS: dict[str, int] = {
     **dict.fromkeys([
         "model.num_layers", "model.d_model", "model.d_ff", "model.num_heads", "model.max_len",
@@ -50,6 +52,7 @@ INTS: dict[str, int] = {
         "train.checkpoint_every", "train.keep_checkpoints", "train.model_parallel",
         "train.max_nonfinite_in_a_row", "train.divergence_patience", "decode.beam_size",
         "decode.batch_size"], 1),
+    "search.reduction_factor": 2,
     **dict.fromkeys([
         "model.d_k", "model.d_v", "model.num_kv_heads", "data.num_shards", "data.row_len",
         "data.shuffle_seed", "train.seed",
@@ -57,8 +60,27 @@ INTS: dict[str, int] = {
         "train.bleu_sentences", "train.bleu_every", "train.samples", "decode.max_len_offset",
         "train.average_checkpoints",
         "decode.top_k", "decode.seed", "search.trial", "search.startup_trials",
-        "search.min_steps"], 0),
+        "search.min_steps", "search.reference_trials"], 0),
 }
+# The local_global kernel's global positions and the performer kernel's random features.
+INTS.update({"model.global_tokens": 0, "model.random_features": 1})
+INT_MAX = 2**31 - 1
+# JAX's keys (without 64-bit mode) and Optuna's samplers keep 32 bits of a seed: seed 2**32
+# would give the keys of seed 0.
+SEED_MAX = 2**32 - 1
+# The position table (sinusoidal or learned) has a row per position: 2**20 rows of a
+# d_model-1024 model are 4 GiB.
+MAX_POSITIONS = 2**20
+# Each layer is traced in Python before anything runs: 100 layers took about 12 s of CPU in
+# `python -m transformer_jax.params` (2-core AMD EPYC, shared, 2026-12-02), so 100,000 would
+# take hours, a wait without end to the user; the deepest models published are near 100.
+MAX_LAYERS = 256
+_WHY_HIGHEST = {INT_MAX: "2**31 - 1, an int32", SEED_MAX: "2**32 - 1: seeds keep 32 bits",
+                MAX_POSITIONS: "2**20 positions",
+                MAX_LAYERS: "each layer is traced before the first step"}
+HIGHEST: dict[str, int] = {"train.seed": SEED_MAX, "data.shuffle_seed": SEED_MAX,
+                           "decode.seed": SEED_MAX, "model.max_len": MAX_POSITIONS,
+                           "model.num_layers": MAX_LAYERS}
 # Float fields: (low, high, low_open, high_open).
 FLOATS: dict[str, tuple[float, float, bool, bool]] = {
     "model.dropout_rate": (0.0, 1.0, False, True),
@@ -73,8 +95,10 @@ FLOATS: dict[str, tuple[float, float, bool, bool]] = {
     "decode.alpha": (0.0, math.inf, False, False),
     "decode.temperature": (0.0, math.inf, False, False),
     "decode.top_p": (0.0, 1.0, True, False),
+    "decode.position_scale": (0.0, math.inf, True, False),
     "train.peak_flops": (0.0, math.inf, False, False),
     "train.checkpoint_every_minutes": (0.0, math.inf, False, False),
+    "data.token_cache_wait_s": (0.0, math.inf, False, False),
 }
 
 
@@ -114,6 +138,14 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
     if kernel.needs_equal_head_dims and derived_dims(m)[0] != derived_dims(m)[1]:
         raise ConfigError(f"model.attention={m.attention!r} needs d_k == d_v, got "
                           f"{derived_dims(m)[0]} and {derived_dims(m)[1]}")
+    scheme = positions.get(m.positions).traits
+    if scheme.even_head_dims and derived_dims(m)[0] % 2:
+        raise ConfigError(f"model.positions={m.positions!r} turns pairs of dimensions and needs "
+                          f"an even d_k, got {derived_dims(m)[0]}")
+    if c.decode.position_scale != 1.0 and not scheme.interpolates:
+        raise ConfigError(f"decode.position_scale={c.decode.position_scale} needs positions "
+                          f"that take fractions ({', '.join(positions.having('interpolates'))}); "
+                          f"model.positions={m.positions!r} has a row per position")
     if c.data.packing and not kernel.segment_ids:
         raise ConfigError(f"data.packing=True needs a kernel that keeps packed sentences apart; "
                           f"model.attention={m.attention!r} does not (set data.packing=False)")
@@ -121,21 +153,49 @@ def validate(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         raise ConfigError(
             f"data.max_len={c.data.max_len} exceeds model.max_len={m.max_len}; the model "
             "has no positions beyond model.max_len")
+    if c.train.num_steps * c.optim.grad_accum_steps > INT_MAX:
+        raise ConfigError(f"train.num_steps={c.train.num_steps} x optim.grad_accum_steps="
+                          f"{c.optim.grad_accum_steps} micro-batches exceed {INT_MAX:,}, the "
+                          "step counter's range")
     if c.data.row_len > c.data.max_len:
         raise ConfigError(f"data.row_len={c.data.row_len} exceeds data.max_len="
                           f"{c.data.max_len}; a row holds at most the longest pair kept")
     dataset = datasets.get(c.data.name)
     if dataset.source == "text":
         _check_text_files(c, dataset)
+    else:
+        given = [f"{f}={get_field(c, f)!r}" for f in TEXT_FIELDS if get_field(c, f)]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: data.name={c.data.name!r} reads no text "
+                              f"files; train on them with data.name='text' "
+                              "(--config=configs/text.py) or leave the field empty")
     return c
+
+
+TEXT_FIELDS = ("data.train_files", "data.eval_files", "data.test_files")
+
+
+def check_value(path: str, value: object) -> None:
+    """Checks one field's ``value`` on its own (its type, range or choices) as
+    :func:`validate` would; ConfigError naming the field. Fields without a rule of their own
+    (checked only with the others) pass."""
+    c = ml_collections.ConfigDict({"v": value})
+    if path in INTS:
+        _check_int(c, "v", INTS[path], path)
+    elif path in FLOATS:
+        _check_float(c, "v", *FLOATS[path], name=path)
+    elif path in BOOLS and not isinstance(value, bool):
+        raise ConfigError(f"{path}={value!r} must be True or False")
+    elif path in CHOICES and (not isinstance(value, str) or value not in CHOICES[path]):
+        raise ConfigError(f"{path}={value!r} is not one of {', '.join(CHOICES[path])}")
+    elif path in STRINGS:
+        _check_string(path, value)
 
 
 def _check_fields(c: ml_collections.ConfigDict) -> None:
     """Every field on its own: its type, and its range or choices."""
     for path in STRINGS:
-        value = get_field(c, path)
-        if not isinstance(value, str):
-            raise ConfigError(f"{path}={value!r} must be a string")
+        _check_string(path, get_field(c, path))
     for path in BOOLS:
         value = get_field(c, path)
         if not isinstance(value, bool):
@@ -189,15 +249,26 @@ def _check_text_files(c: ml_collections.ConfigDict, dataset: datasets.Dataset) -
                               "or 'pairs.tsv'")
 
 
-def _check_int(c: ml_collections.ConfigDict, path: str, low: int) -> None:
-    value = get_field(c, path)
+def _check_string(path: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise ConfigError(f"{path}={value!r} must be a string")
+    if "\0" in value:  # no file name, URL or name holds one; the OS would refuse it later
+        raise ConfigError(f"{path}={value!r} holds a NUL character")
+
+
+def _check_int(c: ml_collections.ConfigDict, path: str, low: int, name: str = "") -> None:
+    value, name = get_field(c, path), name or path
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"{path}={value!r} must be an integer >= {low}")
+        raise ConfigError(f"{name}={value!r} must be an integer >= {low}")
+    high = HIGHEST.get(name, INT_MAX)
+    if value > high:
+        raise ConfigError(f"{name}={value} must be at most {high:,} ({_WHY_HIGHEST[high]})")
 
 
 def _check_float(c: ml_collections.ConfigDict, path: str, low: float, high: float,
-                 low_open: bool = False, high_open: bool = False) -> None:
+                 low_open: bool = False, high_open: bool = False, name: str = "") -> None:
     value = get_field(c, path)
+    path = name or path
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
     if ok:
         ok = (value > low if low_open else value >= low) and (

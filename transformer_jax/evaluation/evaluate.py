@@ -31,13 +31,13 @@ from typing import Any
 
 import ml_collections
 
-from transformer_jax.data import pipeline, sources
+from transformer_jax.data import batching, pipeline, sources, tokens
 from transformer_jax.decoding import decode
 from transformer_jax.errors import UserError
 from transformer_jax.evaluation.bleu import bleu, tokenized_bleu
 from transformer_jax.evaluation.perplexity import split_perplexity
 from transformer_jax.evaluation.restore import load_workdir
-from transformer_jax.evaluation.translation import long_inputs, translate
+from transformer_jax.evaluation.translation import long_inputs, source_ids, translate
 from transformer_jax.io import layout, storage
 
 
@@ -51,17 +51,23 @@ def evaluate_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDic
         raise UserError(f"--split={split!r} is not one of validation, test")
     start = time.time()
     loaded = load_workdir(workdir, config, average)
-    source = sources.get_source(config.data, split)
+    spec = pipeline.DataSpec.from_config(config)
+    source = sources.get_source(spec.source, split)
     n = min(limit, len(source)) if limit else len(source)
-    pairs = [source[i] for i in range(n)]
-    rows = pipeline.rows_per_batch(config.data.tokens_per_batch, config.data.max_len, 1)
-    ppl = split_perplexity(loaded.params, loaded.model_config, pipeline.eval_batches(
-        pairs, loaded.tokenizer, max_len=config.data.max_len, rows=rows))
+    pairs = tokens.read_pairs(source, range(n))
+    # The split's ids from the token cache the run's training wrote or shares (written now
+    # if there is none): for perplexity and as the sentences to translate.
+    ids = tokens.Head(pipeline.split_ids(spec, workdir, split, loaded.tokenizer, source), n)
+    rows = batching.rows_per_batch(spec.batch.tokens_per_batch, spec.batch.max_len, 1)
+    ppl = split_perplexity(loaded.params, loaded.model_config, batching.eval_batches(
+        ids, None, max_len=spec.batch.max_len, rows=rows))
+    sentences = [s for s, _ in pairs]
+    inputs = source_ids(loaded.tokenizer, sentences, ids.read_ids(range(n))[0].tolist())
     decoding = decode.DecodeConfig.from_config(config.decode)
     limit = loaded.model_config.max_len
-    long = long_inputs(loaded.tokenizer, [s for s, _ in pairs], limit)
-    hyps = translate(loaded.params, loaded.model_config, loaded.tokenizer,
-                     [s for s, _ in pairs], decoding, progress)
+    long = long_inputs(loaded.tokenizer, sentences, limit, inputs)
+    hyps = translate(loaded.params, loaded.model_config, loaded.tokenizer, sentences, decoding,
+                     progress, inputs)
     refs = [t for _, t in pairs]
     sacre, sacre_signature = bleu(hyps, refs)
     tok, tok_signature = tokenized_bleu(hyps, refs, config.data.target_lang)

@@ -56,6 +56,6 @@ def _sums(params: Any, batch: dict[str, jax.Array], *,
 def split_perplexity(params: Any, config: TransformerConfig,
                      batches: Iterable[dict[str, np.ndarray]]) -> dict[str, float]:
     """Perplexity (with NLL per token and target tokens) of the model on packed batches
-    (``pipeline.eval_batches``) of a split."""
+    (``batching.eval_batches``) of a split."""
     return loss_over_batches(functools.partial(_sums, params, config=config), batches)
 

@@ -49,7 +49,17 @@ def load_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDict,
         if not steps:
             raise UserError(f"{ckpts.directory}: no checkpoints; train first")
         meta = ckpts.read_meta(steps[-1])
-        model_config = TransformerConfig.from_config(config.model, int(meta["vocab_size"]))
+        vocab_size = meta.get("vocab_size")
+        where = ckpts.directory / str(steps[-1]) / "meta"
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1:
+            raise UserError(f"checkpoint metadata {where}: vocab_size={vocab_size!r} is not a "
+                            "number of pieces; the checkpoint is damaged")
+        tokenizer = Tokenizer(vocab)
+        if tokenizer.vocab_size != vocab_size:
+            raise UserError(f"{vocab} has {tokenizer.vocab_size} pieces but the model of "
+                            f"{ckpts.directory / str(steps[-1])} was trained with {vocab_size}: "
+                            "the vocabulary is not the run's")
+        model_config = TransformerConfig.from_config(config.model, vocab_size)
         template = params_lib.param_shapes(model_config)
         if average is None:
             params, used, notes = ckpts.average_last(
@@ -64,4 +74,4 @@ def load_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDict,
     finally:
         ckpts.close()
     logging.info("model from %s: checkpoint(s) %s", workdir, ", ".join(map(str, used)))
-    return Loaded(params, model_config, Tokenizer(vocab), used, notes)
+    return Loaded(params, model_config, tokenizer, used, notes)

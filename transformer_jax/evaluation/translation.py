@@ -10,7 +10,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from transformer_jax.data.pipeline import pad_batch
+from transformer_jax.data.batching import pad_batch
 from transformer_jax.data.tokenizer import EOS_ID, Tokenizer
 from transformer_jax.decoding import decode
 from transformer_jax.errors import DataError, UserError
@@ -32,16 +32,21 @@ class LongInput:
     tokens: int
 
 
-def source_ids(tokenizer: Tokenizer, sentences: Sequence[str]) -> list[list[int]]:
-    """The ids of each source, ending with EOS; none for an empty or blank line."""
-    return [tokenizer.encode(s) if s.strip() else [] for s in sentences]
+def source_ids(tokenizer: Tokenizer, sentences: Sequence[str],
+               cached: Sequence[Sequence[int]] | None = None) -> list[list[int]]:
+    """The ids of each source, ending with EOS; none for an empty or blank line. ``cached``:
+    the sentences' ids read from the token cache, taken instead of tokenizing them."""
+    if cached is None:
+        return [tokenizer.encode(s) if s.strip() else [] for s in sentences]
+    return [list(ids) if s.strip() else [] for s, ids in zip(sentences, cached, strict=True)]
 
 
-def long_inputs(tokenizer: Tokenizer, sentences: Sequence[str], limit: int) -> list[LongInput]:
-    """The sources of more than ``limit`` tokens, in input order."""
-    return [LongInput(number, len(ids))
-            for number, ids in enumerate(source_ids(tokenizer, sentences), start=1)
-            if len(ids) > limit]
+def long_inputs(tokenizer: Tokenizer, sentences: Sequence[str], limit: int,
+                ids: Sequence[Sequence[int]] | None = None) -> list[LongInput]:
+    """The sources of more than ``limit`` tokens, in input order (``ids``: their
+    :func:`source_ids`, when known)."""
+    ids = source_ids(tokenizer, sentences) if ids is None else ids
+    return [LongInput(number, len(x)) for number, x in enumerate(ids, start=1) if len(x) > limit]
 
 
 def shorten(ids: list[int], limit: int) -> list[int]:
@@ -86,7 +91,8 @@ def refuse_long(where: str, long: Sequence[LongInput], limit: int) -> None:
 
 def translate(params: Any, config: TransformerConfig, tokenizer: Tokenizer,
               sentences: Sequence[str], decoding: decode.DecodeConfig,
-              progress: Callable[[int], None] | None = None) -> list[str]:
+              progress: Callable[[int], None] | None = None,
+              ids: Sequence[Sequence[int]] | None = None) -> list[str]:
     """Translations of ``sentences``, in their order, with the strategy of ``decoding``.
 
     Sentences are decoded in batches of ``decoding.batch_size`` of similar length. A
@@ -94,9 +100,11 @@ def translate(params: Any, config: TransformerConfig, tokenizer: Tokenizer,
     paper's rule: input length + 50), within the model's ``max_len``; sources longer than
     that are shortened (:func:`shorten`), which the commands announce first
     (:func:`long_inputs`). Empty or whitespace-only inputs give empty outputs.
-    ``progress(n)`` is called as each batch of n sentences is done.
+    ``progress(n)`` is called as each batch of n sentences is done; ``ids``: the sentences'
+    :func:`source_ids`, when known.
     """
-    encoded = [shorten(ids, config.max_len) for ids in source_ids(tokenizer, sentences)]
+    ids = source_ids(tokenizer, sentences) if ids is None else ids
+    encoded = [shorten(list(x), config.max_len) for x in ids]
     order = sorted((i for i in range(len(sentences)) if encoded[i]),
                    key=lambda i: len(encoded[i]))
     results = [""] * len(sentences)
@@ -138,4 +146,6 @@ def describe(decoding: dict[str, Any]) -> str:
         how = f"sampling, temperature {d['temperature']}, top-k {d['top_k']}, top-p {d['top_p']}"
     else:
         how = "greedy"
-    return f"{how}, max length input + {d['max_len_offset']}"
+    scale = d.get("position_scale", 1.0)
+    return (f"{how}, max length input + {d['max_len_offset']}"
+            + (f", positions x {scale:g}" if scale != 1.0 else ""))

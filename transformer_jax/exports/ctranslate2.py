@@ -39,6 +39,7 @@ QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float3
 def check(config: TransformerConfig) -> None:
     """ConfigError naming the field CTranslate2 cannot express."""
     mapping.check_exact_kernel(config, NAME)
+    mapping.check_positions(config, NAME)
     mapping.check_heads(config, NAME)
 
 

@@ -23,9 +23,8 @@ import numpy as np
 
 from transformer_jax.errors import ConfigError, UserError
 from transformer_jax.io import layout, storage
-from transformer_jax.model import kernels
+from transformer_jax.model import kernels, positions
 from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.model.transformer import sinusoidal_positions
 
 Matrices = dict[str, np.ndarray]
 
@@ -59,10 +58,20 @@ class Weights:
 def check_exact_kernel(config: TransformerConfig, target: str) -> None:
     """ConfigError unless the attention kernel computes the paper's attention."""
     if not kernels.get(config.attention).traits.exact:
-        raise ConfigError(f"model.attention={config.attention!r} attends to fewer keys than "
-                          f"the paper's attention, which {target} computes; the export would "
+        raise ConfigError(f"model.attention={config.attention!r} is not the paper's softmax "
+                          f"attention over every key, which {target} computes; the export would "
                           "translate differently (exact kernels: "
                           f"{', '.join(kernels.having('exact'))})")
+
+
+def check_positions(config: TransformerConfig, target: str) -> None:
+    """ConfigError for positions that are not a table added to the embeddings (rotary),
+    which is all our targets take."""
+    if not positions.get(config.positions).traits.added:
+        raise ConfigError(f"model.positions={config.positions!r}: {target} takes a position "
+                          "table added to the embeddings, not positions inside attention (the "
+                          f"export would translate differently; tables: "
+                          f"{', '.join(positions.having('added'))})")
 
 
 def check_heads(config: TransformerConfig, target: str) -> None:
@@ -80,9 +89,7 @@ def _np(x: Any) -> np.ndarray:
 
 
 def _positions(params: Any, config: TransformerConfig, side: str) -> np.ndarray:
-    if config.positions == "learned":
-        return _np(params[side]["embed"]["position_embedding"])
-    return sinusoidal_positions(config.max_len, config.d_model)
+    return _np(positions.get(config.positions).module.table(config, params[side].get("embed")))
 
 
 def _attention(p: Any, config: TransformerConfig, cross: bool) -> Matrices:
@@ -190,9 +197,10 @@ def from_layers(w: Weights, config: TransformerConfig) -> dict[str, Any]:
                                  ("decoder", w.decoder, DECODER_BLOCKS)):
         tree[side] = {f"layer_{i}": _layer_tree(m, config, blocks)
                       for i, m in enumerate(layers)}
-        if config.positions == "learned":
+        scheme = positions.get(config.positions)
+        if scheme.traits.learned:
             table = w.source_positions if side == "encoder" else w.target_positions
-            tree[side]["embed"] = {"position_embedding": table}
+            tree[side]["embed"] = {scheme.module.PARAM: table}
         if config.norm == "pre":
             scale, bias = w.final_norms[side]
             tree[side]["final_norm"] = {"scale": scale, "bias": bias}

@@ -130,6 +130,7 @@ class Checkpoints:
             except Exception as e:  # noqa: BLE001 -- whatever a damaged file makes orbax raise
                 self._check_same_shapes(step, state_template)
                 raise CorruptCheckpoint(_first_line(e)) from e
+        _check_meta(meta)
         _verify(restored["state"], meta.pop(CHECKSUMS, None), require_finite=True)
         logging.info("restored checkpoint %s", self.directory / str(step))
         return restored["state"], meta
@@ -173,11 +174,8 @@ class Checkpoints:
         """Raises UserError if checkpoint ``step`` holds arrays of other shapes than the
         template (a workdir trained with another model); returns if it matches or its
         metadata is unreadable (then the checkpoint is damaged)."""
-        try:
-            with ocp.StandardCheckpointer() as reader:
-                saved = _shapes(reader.metadata(self.directory / str(step) / "state")
-                                .item_metadata)
-        except Exception:  # noqa: BLE001 -- unreadable metadata: a damaged checkpoint
+        saved = saved_shapes(self.directory / str(step))
+        if saved is None:
             return
         wanted = _shapes(state_template)
         for path in sorted(wanted.keys() & saved.keys()):
@@ -192,20 +190,47 @@ class Checkpoints:
         like ``params_template`` (arrays or ``jax.ShapeDtypeStruct``); host numpy arrays.
         Raises UserError if they do not match the checksums saved with them."""
         template = {"params": params_template}
+        where = self.directory / str(step)
+        self._check_params_fit(step, template)
         # Reading part of the state makes orbax warn about every item left unread.
-        with (_DropMessages("was found in the checkpoint, but could not be restored"),
-              ocp.PyTreeCheckpointer() as reader):
-            restored = reader.restore(
-                self.directory / str(step) / "state",
-                args=ocp.args.PyTreeRestore(
-                    item=template, partial_restore=True,
-                    restore_args=jax.tree.map(
-                        lambda _: ocp.RestoreArgs(restore_type=np.ndarray), template)))
         try:
-            _verify(restored, self._read_meta(step).get(CHECKSUMS))
+            with (_DropMessages("was found in the checkpoint, but could not be restored"),
+                  ocp.PyTreeCheckpointer() as reader):
+                restored = reader.restore(
+                    where / "state",
+                    args=ocp.args.PyTreeRestore(
+                        item=template, partial_restore=True,
+                        restore_args=jax.tree.map(
+                            lambda _: ocp.RestoreArgs(restore_type=np.ndarray), template)))
+        except Exception as e:  # noqa: BLE001 -- whatever a damaged file makes orbax raise
+            raise UserError(f"checkpoint {where} is damaged: {_first_line(e)}") from e
+        try:
+            meta = self._read_meta(step)
+            _check_meta(meta)
+            _verify(restored, meta.get(CHECKSUMS))
         except CorruptCheckpoint as e:
-            raise UserError(f"checkpoint {self.directory / str(step)} is damaged: {e}") from e
+            raise UserError(f"checkpoint {where} is damaged: {e}") from e
         return restored["params"]
+
+    def _check_params_fit(self, step: int, template: Any) -> None:
+        """UserError naming the checkpoint and a parameter when checkpoint ``step`` holds
+        none of that name, or one of another shape, than ``template`` ({"params": ...}):
+        the model of the config (an edited config.json) is not the one it trained."""
+        where = self.directory / str(step)
+        try:
+            with ocp.StandardCheckpointer() as reader:
+                saved = _shapes(reader.metadata(where / "state").item_metadata)
+        except Exception as e:  # noqa: BLE001 -- unreadable metadata: a damaged checkpoint
+            raise UserError(f"checkpoint {where} is damaged: {_first_line(e)}") from e
+        for path, shape in sorted(_shapes(template).items()):
+            if path not in saved:
+                raise UserError(f"checkpoint {where} holds no {path}: it is damaged, or was "
+                                "written by another model than the config's (an edited "
+                                "config.json?)")
+            if saved[path] != shape:
+                raise UserError(f"checkpoint {where} was written by another model: {path} has "
+                                f"shape {saved[path]} there but {shape} in the config (an "
+                                "edited config.json?)")
 
     def average_params(self, params_template: Any, last: int) -> tuple[Any, list[int]]:
         """The mean of the parameters of the last ``last`` checkpoints, and their steps.
@@ -256,8 +281,19 @@ class Checkpoints:
         return meta
 
     def _read_meta(self, step: int) -> dict[str, Any]:
-        return dict(self.manager.restore(step, args=ocp.args.Composite(
-            meta=ocp.args.JsonRestore()))["meta"])
+        """The meta item of checkpoint ``step``; UserError naming it when it is missing or
+        damaged (not a JSON object)."""
+        where = self.directory / str(step) / "meta"
+        try:
+            with _DropMessages():
+                meta = self.manager.restore(step, args=ocp.args.Composite(
+                    meta=ocp.args.JsonRestore()))["meta"]
+        except Exception as e:  # noqa: BLE001 -- whatever a damaged file makes orbax raise
+            raise UserError(f"checkpoint metadata {where} is damaged: {_first_line(e)}") from e
+        if not isinstance(meta, dict):
+            raise UserError(f"checkpoint metadata {where} is damaged: a JSON "
+                            f"{type(meta).__name__}, not an object")
+        return dict(meta)
 
     def wait(self) -> None:
         """Waits for the save in flight; raises UserError if it did not complete."""
@@ -266,6 +302,18 @@ class Checkpoints:
     def close(self) -> None:
         self._finish_writing()
         self.manager.close()
+
+
+def saved_shapes(checkpoint: storage.PathLike) -> dict[str, tuple[int, ...]] | None:
+    """{leaf path ("opt_state/0/mu/..."): shape} of the state of the checkpoint directory
+    ``checkpoint`` (``<workdir>/checkpoints/<step>``), read from its metadata alone; None when
+    that is unreadable (a damaged checkpoint)."""
+    try:
+        with ocp.StandardCheckpointer() as reader:
+            tree = reader.metadata(storage.path(checkpoint) / "state").item_metadata
+    except Exception:  # noqa: BLE001 -- unreadable metadata: a damaged checkpoint
+        return None
+    return None if tree is None else _shapes(tree)
 
 
 def early_span(steps: list[int]) -> str | None:
@@ -329,6 +377,30 @@ def _verify(tree: Any, expected: dict[str, int] | None, require_finite: bool = F
             raise CorruptCheckpoint(f"{path} does not match the checksum saved with it")
     if require_finite and not finite:
         raise CorruptCheckpoint("the state holds NaN or Inf")
+
+
+# The counts a run writes into a checkpoint's meta (training/train.py, training/stops.py),
+# and its one figure that may be missing: read back on resume, so checked here.
+META_COUNTS = ("step", "vocab_size", "skipped_long_pairs", "nonfinite_steps",
+               "nonfinite_in_a_row", "divergence_in_a_row")
+META_FIGURES = ("divergence_best",)
+
+
+def _check_meta(meta: dict[str, Any]) -> None:
+    """CorruptCheckpoint when the meta item holds a count that is not an integer >= 0, a
+    figure that is not a number (or null), or checksums that are not integers by name."""
+    for key in META_COUNTS:
+        value = meta.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CorruptCheckpoint(f"meta: {key}={str(value)[:40]!r} is not a count")
+    for key in META_FIGURES:
+        value = meta.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise CorruptCheckpoint(f"meta: {key}={str(value)[:40]!r} is not a number")
+    sums = meta.get(CHECKSUMS)
+    if sums is not None and (not isinstance(sums, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in sums.values())):
+        raise CorruptCheckpoint(f"meta: {CHECKSUMS} are not integers by array")
 
 
 def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:

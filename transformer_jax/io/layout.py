@@ -9,7 +9,9 @@ A workdir (one training run)::
       vocab/spm.model        the shared SentencePiece vocabulary (VOCAB / VOCAB_MODEL);
       vocab/row_len.json     the row length chosen from the data (ROW_LEN)
       vocab/tokens/          each split's token ids, keyed by what made them (TOKEN_CACHE,
-                             TOKEN_CACHE_FILE: train-<key>.array_record)
+                             TOKEN_CACHE_FILE: train-<key>.array_record), unless the run
+                             is a point of a sweep or names data.token_cache_dir
+                             (:func:`token_cache_dir`)
       metrics.jsonl          every logged metric, one JSON record a line (METRICS)
       final_metrics.json     written once, when the run has finished or stopped itself
                              (FINAL_METRICS)
@@ -21,10 +23,15 @@ A workdir (one training run)::
                              training's test translations (FINAL_HYPOTHESES, FINAL_REFERENCES)
       pictures/, profile/    attention pictures (PICTURES), profiler traces (PROFILE)
 
-A sweep root holds ``sweep.json`` (SWEEP) and one workdir a point; a search's root also its
-study (STUDY_JOURNAL, Optuna's journal file, unless the study is in a database) and the plots
-of its report (SEARCH_PLOTS).
+A sweep root holds ``sweep.json`` (SWEEP) and one workdir a point; ``tokens/``
+(TOKEN_CACHE), the token caches every point reads; a search's root also its study
+(STUDY_JOURNAL, Optuna's journal file, unless the study is in a database) and the plots of
+its report (SEARCH_PLOTS).
 """
+
+from __future__ import annotations
+
+from transformer_jax.io import storage
 
 CONFIG = "config.json"
 CONFIG_CHANGES = "config_changes.jsonl"
@@ -50,3 +57,18 @@ SWEEP = "sweep.json"
 STUDY_JOURNAL = "study.journal"
 SEARCH_PLOTS = {"history": "search_history.png", "importances": "search_importances.png",
                 "slices": "search_slices.png"}
+
+
+def token_cache_dir(workdir: storage.PathLike, configured: str = "") -> storage.Path:
+    """Where the token caches a run reads and writes live: ``configured``
+    (``data.token_cache_dir``) when set; for a point of a sweep (a workdir whose parent holds
+    SWEEP) the sweep root's TOKEN_CACHE folder, which every point shares; otherwise the
+    workdir's own, beside its vocabulary. A cache's file name holds its key (the vocabulary
+    and the data), so runs of other vocabularies or data share a folder without sharing a
+    file."""
+    if configured:
+        return storage.path(configured)
+    workdir = storage.path(workdir)
+    if (workdir.parent / SWEEP).exists():
+        return workdir.parent / TOKEN_CACHE
+    return workdir / VOCAB / TOKEN_CACHE

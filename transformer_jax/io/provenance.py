@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import json
+import logging
 import platform
 import shlex
 import socket
@@ -90,9 +91,21 @@ def record(workdir: storage.PathLike, step: int = 0) -> dict[str, Any]:
 
 
 def read(workdir: storage.PathLike) -> list[dict[str, Any]]:
-    """The workdir's entries, oldest first ([] when there are none)."""
-    data = workdirs.read_json(storage.path(workdir) / layout.PROVENANCE)
-    return data.get("runs", []) if isinstance(data, dict) else []
+    """The workdir's entries, oldest first ([] when there are none). Entries that are not
+    what :func:`entry` writes (an edited or damaged file: not an object, a commit that is not
+    a string, versions that are not strings) are left out with a warning naming the file."""
+    path = storage.path(workdir) / layout.PROVENANCE
+    data = workdirs.read_object(path)
+    runs = data.get("runs", []) if data is not None else []
+    runs = runs if isinstance(runs, list) else [runs]
+    good = [r for r in runs if isinstance(r, dict)
+            and isinstance(r.get("commit", ""), str)
+            and isinstance(r.get("versions", {}), dict)
+            and all(isinstance(v, str) for v in r.get("versions", {}).values())]
+    if len(good) < len(runs):
+        logging.warning("warning: %s: left out %d entr%s not of the form a run writes", path,
+                        len(runs) - len(good), "y" if len(runs) - len(good) == 1 else "ies")
+    return good
 
 
 def fingerprint(run: dict[str, Any]) -> dict[str, Any]:

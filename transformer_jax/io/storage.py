@@ -30,8 +30,8 @@ What a bucket changes, and how each guarantee is kept:
   checkpoint partly in both places, and the next run finds it damaged and sets it aside
   again.
 * Locks. The workdir hold (``hold.json``) works by heartbeat, as on a shared file system.
-  The lock that keeps processes from preparing the built-in corpus twice is a local file,
-  so it separates the processes of one machine only.
+  The lock that lets one process write what many read (a token cache, a dataset prepared
+  here) is an object created only if absent, kept alive by heartbeat (``locks.py``).
 
 :func:`check` turns what a bucket can say (no such bucket, no credentials, no permission)
 into one line naming the path, before training starts.
@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import stat
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -87,6 +88,26 @@ def path(p: PathLike) -> epath.Path:
 def local(p: PathLike) -> pathlib.Path | None:
     """The local file-system path of ``p``, or None for a bucket path."""
     return None if is_remote(p) else pathlib.Path(os.fspath(path(p)))
+
+
+def not_a_file(p: PathLike) -> str:
+    """Why ``p`` cannot be read as a file: "" for a regular file (or an object in a bucket),
+    else "no such file", "a directory", "a named pipe", "a socket" or "a device". Reading a
+    named pipe or a device would wait for a writer that may never come: the project's
+    readers of data, vocabularies and workdir files ask this first."""
+    if is_remote(p):
+        return "" if path(p).is_file() else "no such file"
+    try:
+        mode = os.stat(os.fspath(path(p))).st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except (OSError, ValueError) as e:  # a name too long, a NUL, a loop of links
+        return f"not readable ({type(e).__name__}: {e})"
+    if stat.S_ISREG(mode):
+        return ""
+    kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")]
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
 
 
 def write_atomically(p: PathLike, data: bytes | str) -> None:
@@ -151,6 +172,16 @@ def copy_tree(source: PathLike, target: PathLike) -> None:
         destination = path(target) / os.fspath(f.relative_to(source))
         destination.parent.mkdir(parents=True, exist_ok=True)
         destination.write_bytes(f.read_bytes())
+
+
+def upload(local_file: PathLike, target: PathLike) -> None:
+    """Copies the local file ``local_file`` to the object ``target`` in a bucket, streamed
+    (a file of gigabytes is never held in memory). One object upload is atomic: readers see
+    the whole object or none."""
+    import fsspec
+
+    fs, where = fsspec.core.url_to_fs(os.fspath(path(target)))
+    fs.put_file(os.fspath(local_file), where)
 
 
 def rmtree(p: PathLike) -> None:

@@ -27,30 +27,80 @@ import threading
 import time
 from typing import Any
 
-from transformer_jax.errors import UserError
+from transformer_jax.errors import UserError, shown
 from transformer_jax.io import layout, metric_keys, storage
 
 
 def read_json(path: storage.PathLike) -> Any:
-    """The JSON in ``path``, or None when it is missing or unreadable (being written)."""
-    try:
-        return json.loads(storage.path(path).read_text())
-    except (OSError, ValueError):
+    """The JSON in ``path``, or None when it is missing or unreadable (being written, not
+    UTF-8, not JSON, nested too deep for the parser, or not a regular file)."""
+    if storage.not_a_file(path):
         return None
+    try:
+        return json.loads(storage.path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def read_object(path: storage.PathLike) -> dict[str, Any] | None:
+    """The JSON object in ``path``: None when it is missing or unreadable (:func:`read_json`)
+    or holds anything but an object (a list, a number: a damaged file, with a warning)."""
+    value = read_json(path)
+    if value is not None and not isinstance(value, dict):
+        logging.warning("warning: %s holds a JSON %s, not an object; read as missing", path,
+                        type(value).__name__)
+        return None
+    return value
 
 
 def last_logged_step(workdir: storage.PathLike) -> int | None:
     """The highest step in ``metrics.jsonl`` (None when nothing was logged)."""
-    workdir = storage.path(workdir)
-    steps = []
-    path = workdir / layout.METRICS
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                steps.append(int(json.loads(line)[metric_keys.STEP]))
-            except (ValueError, KeyError, TypeError):
-                continue
-    return max(steps, default=None)
+    return max((r[metric_keys.STEP] for r in read_metric_records(workdir)), default=None)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def read_final(workdir: storage.PathLike) -> dict[str, Any]:
+    """``final_metrics.json`` ({} when there is none or it cannot be read): the keys of
+    metric_keys.FINAL_KEYS whose values have the type training writes (a step and counts are
+    integers >= 0, figures numbers, signatures strings, the translations' files paths
+    inside the workdir, STOPPED an object with its reason, step and message). A value of
+    another type (a hand-edited or damaged file) is left out with a warning naming the file
+    and the key, so that no reader acts on it."""
+    path = storage.path(workdir) / layout.FINAL_METRICS
+    final = read_object(path) or {}
+    k = metric_keys
+    counts = (k.STEP, k.TOKENS, k.BLEU_SENTENCES)
+    strings = (k.BLEU_SIGNATURE, k.BLEU_TOKENIZED_SIGNATURE)
+    files = (k.TEST_HYPOTHESES, k.TEST_REFERENCES)
+
+    def fits(key: str, value: Any) -> bool:
+        if key in counts:
+            return _is_count(value)
+        if key in strings:
+            return isinstance(value, str)
+        if key in files:  # relative, inside the workdir
+            return isinstance(value, str) and bool(value) and not value.startswith(
+                ("/", "\\")) and ".." not in value.replace("\\", "/").split("/") and \
+                "\0" not in value
+        if key == k.AVERAGED_STEPS:
+            return isinstance(value, list) and all(_is_count(v) for v in value)
+        if key == k.STOPPED:
+            return isinstance(value, dict) and isinstance(value.get("reason"), str) and \
+                _is_count(value.get(k.STEP, 0)) and isinstance(value.get("message", ""), str)
+        return _is_number(value)
+
+    bad = [key for key, value in final.items() if not fits(key, value)]
+    if bad:
+        logging.warning("warning: %s: left out %s, not of the type training writes", path,
+                        ", ".join(f"{key}={str(final[key])[:40]!r}" for key in bad))
+    return {key: value for key, value in final.items() if key not in bad}
 
 
 def machine() -> str:
@@ -102,20 +152,26 @@ def now() -> str:
 
 def read_metric_records(workdir: str | os.PathLike) -> list[dict[str, Any]]:
     """Every record of ``<workdir>/metrics.jsonl`` in order, a step logged twice (a resumed
-    run) appearing twice; lines that are not whole records (the partial line of a killed
-    run) are skipped, and a workdir without the file has none."""
+    run) appearing twice; a workdir without the file has none.
+
+    A record is what training writes: an object with a string SPLIT, an integer STEP >= 0
+    and numbers (NaN and infinities included: a diverged loss). Lines that are not such a
+    record (the partial line of a killed run, bytes that are not UTF-8, JSON nested too deep)
+    are skipped, and values that are not numbers are left out of their record."""
     path = storage.path(workdir) / layout.METRICS
-    if not path.exists():
+    if storage.not_a_file(path):
         return []
     records = []
     for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):
             continue  # a line cut short by a killed run
-        if isinstance(record, dict) and metric_keys.SPLIT in record and isinstance(
-                record.get(metric_keys.STEP), int):
-            records.append(record)
+        if isinstance(record, dict) and isinstance(record.get(metric_keys.SPLIT), str) and \
+                _is_count(record.get(metric_keys.STEP)):
+            records.append({key: value for key, value in record.items()
+                            if key in (metric_keys.SPLIT, metric_keys.STEP)
+                            or _is_number(value)})
     return records
 
 
@@ -147,6 +203,12 @@ def read_hold(workdir: str | os.PathLike) -> dict[str, Any] | None:
     hold = read_json(storage.path(workdir) / layout.HOLD)
     if not isinstance(hold, dict) or not {"host", "pid", "since", "heartbeat"} <= hold.keys():
         return None
+    if not (isinstance(hold["host"], str) and _is_count(hold["pid"])
+            and isinstance(hold["since"], str) and isinstance(hold["heartbeat"], str)):
+        # Not what a run writes: a damaged file, which no run holds the workdir with.
+        logging.warning("warning: %s is damaged (%s); taken as no hold",
+                        storage.path(workdir) / layout.HOLD, str(hold)[:80])
+        return None
     return hold
 
 
@@ -166,12 +228,16 @@ def hold_is_live(hold: dict[str, Any], now: float | None = None) -> bool:
     return (time.time() if now is None else now) - heartbeat < STALE_AFTER_S
 
 
+# The highest process id Linux gives (pid_max's ceiling, 2**22); a larger one is no process.
+PID_MAX = 2**22
+
+
 def _process_exists(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid <= PID_MAX:
         return False
     try:
         os.kill(pid, 0)  # signal 0: the existence check, nothing is sent
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:  # another user's process
         return True
@@ -275,25 +341,40 @@ def read_config(workdir: str | os.PathLike) -> dict[str, Any] | None:
     Raises UserError naming the file when config.json is damaged (not a JSON object).
     """
     path = storage.path(workdir) / layout.CONFIG
-    if not path.is_file():
+    why = storage.not_a_file(path)
+    if why == "no such file":
         return None
+    if why:
+        raise UserError(f"{path}: {why}, not a JSON config")
     try:
         saved = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise UserError(f"{path}: not a JSON config ({e})") from e
+    except RecursionError:
+        raise UserError(f"{path}: not a JSON config (nested too deep)") from None
     if not isinstance(saved, dict):
         raise UserError(f"{path}: not a JSON config (a {type(saved).__name__}, not an object "
                         "of sections)")
     changes = storage.path(workdir) / layout.CONFIG_CHANGES
-    if changes.is_file():
-        for line in changes.read_text(encoding="utf-8").splitlines():
+    if not storage.not_a_file(changes):
+        text = changes.read_bytes().decode("utf-8", errors="replace")
+        for number, line in enumerate(text.splitlines(), start=1):
             try:
                 fields = json.loads(line)["changes"]
-                for field, (_, new) in fields.items():
-                    section, key = field.split(".", 1)
-                    saved.setdefault(section, {})[key] = new
-            except (ValueError, KeyError, TypeError, AttributeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 continue  # a line cut short by a killed run
+            if not isinstance(fields, dict):
+                continue
+            for field, change in fields.items():
+                section, _, key = field.partition(".")
+                if not key or "." in key or not isinstance(change, list) or len(change) != 2:
+                    raise UserError(f"{changes} line {number}: {shown(field)}="
+                                    f"{shown(str(change)[:40])} is not a change of a config "
+                                    "field ([old, new])")
+                if not isinstance(saved.setdefault(section, {}), dict):
+                    raise UserError(f"{path}: {shown(section)} is "
+                                    f"{shown(str(saved[section])[:40])}, not an object of fields")
+                saved[section][key] = change[1]
     return saved
 
 
@@ -306,7 +387,9 @@ def checkpoint_steps_on_disk(workdir: storage.PathLike) -> list[int]:
     directory = storage.path(workdir) / layout.CHECKPOINTS
     if not directory.is_dir():
         return []
-    steps = [p for p in directory.iterdir() if p.name.isdigit() and p.is_dir()]
+    # ASCII digits only: "١٢" or "²" pass str.isdigit but name no step orbax writes.
+    steps = [p for p in directory.iterdir()
+             if p.name.isascii() and p.name.isdigit() and p.is_dir()]
     if storage.is_remote(directory):
         import orbax.checkpoint as ocp
 

@@ -1,0 +1,133 @@
+"""What every property of the fuzz suite shares: its Hypothesis profiles, the one property
+(accepted with a consistent result, or refused in one line naming the field or file), the
+watchdog that turns a hang into a failure, and the tally of what the inputs did.
+
+The profiles, chosen by the environment variable FUZZ_PROFILE:
+
+* ``fuzz`` (the default, ``make test``): a few examples a property, seconds in all;
+* ``fuzz-ci`` (the slow suite, tests/fuzz/test_many_examples.py): ten times as many;
+* ``fuzz-long`` (``python experiments/benchmarks/fuzz_long_run.py``, the figure of
+  docs/faults.md): fifty times as many.
+
+A property takes ``examples(n)`` examples, ``n`` those of its kind under ``fuzz``: cheap ones
+(a parser, a reader of one file) many, costly ones (restoring a checkpoint, writing a
+workdir) few. Each failure Hypothesis found is kept as an explicit ``@example`` of its test.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import signal
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+
+from transformer_jax.errors import UserError, shown
+
+PROFILES = {"fuzz": 1, "fuzz-ci": 10, "fuzz-long": 50}
+for _name, _scale in PROFILES.items():
+    settings.register_profile(
+        _name, max_examples=10 * _scale, deadline=None, print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                               HealthCheck.data_too_large, HealthCheck.filter_too_much,
+                               HealthCheck.large_base_example])
+PROFILE = os.environ.get("FUZZ_PROFILE", "fuzz")
+if PROFILE not in PROFILES:
+    raise ValueError(f"FUZZ_PROFILE={PROFILE!r} is not one of {', '.join(PROFILES)}")
+
+# Seconds one example may take before it counts as hung (a blocked read, a quadratic loop).
+HANG_S = float(os.environ.get("FUZZ_HANG_S", "60"))
+
+# What the inputs did, by test: tried, accepted, refused and the failures by kind. Each
+# xdist worker writes its own to $FUZZ_TALLY/<worker>.json at the end (conftest.py).
+TALLY: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+FAILURES = ("traceback", "silently accepted", "hung")
+
+
+def examples(n: int) -> settings:
+    """The settings of a property that takes ``n`` examples under the ``fuzz`` profile."""
+    return settings(settings.get_profile(PROFILE), max_examples=max(1, n * PROFILES[PROFILE]))
+
+
+class Traceback(AssertionError):
+    """An input reached an exception that is not the project's one-line error."""
+
+
+class SilentlyAccepted(AssertionError):
+    """An input was accepted with a result that is not the one it asked for."""
+
+
+class Hung(AssertionError):
+    """An input kept the code busy past HANG_S seconds."""
+
+
+class BadRefusal(AssertionError):
+    """A refusal that is not one line naming the field or file."""
+
+
+def _test_name() -> str:
+    return os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0]
+
+
+def count(kind: str) -> None:
+    """Counts one input of the running test as ``kind``."""
+    TALLY[_test_name()][kind] += 1
+
+
+@contextlib.contextmanager
+def watchdog(seconds: float = HANG_S) -> Iterator[None]:
+    """Raises Hung in the block when it runs past ``seconds`` (SIGALRM: the main thread,
+    which is where pytest and its xdist workers run tests)."""
+    def ring(signum: int, frame: Any) -> None:
+        raise Hung(f"still running after {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def outcome(call: Callable[[], Any], names: Iterable[str],
+            errors: tuple[type[BaseException], ...] = (UserError,)) -> tuple[bool, Any]:
+    """Runs ``call()`` once under the watchdog: (True, its result) when it accepts the input,
+    (False, the error) when it refuses it with one of ``errors`` (the project's own) in one
+    line naming one of ``names`` (a field, a file, a flag; as typed, or as errors.shown
+    quotes it). Anything else fails the test,
+    counted by kind: Traceback for another exception, Hung for a hang, BadRefusal for a
+    refusal of several lines or naming nothing of the input. Count the accepted input's
+    check with :func:`accepted`."""
+    names = [n for n in names if n]
+    try:
+        with watchdog():
+            result = call()
+    except Hung:
+        count("hung")
+        raise
+    except errors as e:
+        message = str(e)
+        if "\n" in message.strip() or not any(n in message or shown(n) in message
+                                                for n in names):
+            count("traceback")
+            raise BadRefusal(f"the refusal {message!r} is not one line naming one of "
+                             f"{names}") from e
+        count("refused")
+        return False, e
+    except Exception as e:
+        count("traceback")
+        raise Traceback("".join(traceback.format_exception(e))[-3000:]) from e
+    return True, result
+
+
+def accepted(consistent: bool, why: str = "") -> None:
+    """Counts an accepted input; SilentlyAccepted unless its result is ``consistent``."""
+    if not consistent:
+        count("silently accepted")
+        raise SilentlyAccepted(why or "accepted with a result it did not ask for")
+    count("accepted")

@@ -1,0 +1,149 @@
+"""The vocabulary loader, the exports and the MarianMT import (``export --from_hf``): a
+vocabulary file of any bytes at any kind of path, a workdir's edited model exported, a
+MarianMT directory whose config.json says anything. Accepted, the vocabulary has the
+project's special pieces, the export is written whole, the imported workdir holds the model
+its config.json describes; refused, in one UserError naming the file or the field."""
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given, strategies as st
+
+from transformer_jax import exports
+from transformer_jax.config import resume
+from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
+from transformer_jax.evaluation import restore
+from transformer_jax.exports import hf
+from transformer_jax.io import layout
+
+from ..conftest import once_per_session
+from . import strategies as gen
+from .fuzzing import accepted, examples, outcome
+
+VOCAB = Path(layout.VOCAB) / layout.VOCAB_MODEL
+
+
+@pytest.fixture(scope="module")
+def other_vocabulary(tmp_path_factory):
+    """A SentencePiece model with SentencePiece's own special ids (unknown 0, start 1,
+    end 2): another tool's vocabulary."""
+    import io
+
+    import sentencepiece as spm
+
+    buffer = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(["a b c hello world"] * 40),
+                                   model_writer=buffer, vocab_size=15, minloglevel=2)
+    return buffer.getvalue()
+
+
+@examples(40)
+@given(st.data(), st.sampled_from(["file", "file", "file", "named pipe", "directory",
+                                   "missing"]))
+@example("empty", "file")  # found: 0 pieces, translating into nothing
+@example("other", "file")  # another tool's special ids
+@example("small", "file")  # a 60-piece vocabulary
+def test_any_vocabulary_file_loads_with_our_special_pieces_or_one_line(
+        trained_workdir, other_vocabulary, data, kind):
+    real = (trained_workdir / VOCAB).read_bytes()
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "spm.model"
+        if data == "small":
+            train_tokenizer(["the small dog sees the old house ."] * 30, 60, path)
+        elif kind == "named pipe":
+            os.mkfifo(path)
+        elif kind == "directory":
+            path.mkdir()
+        elif kind == "file":
+            raw = {"empty": b"", "other": other_vocabulary}.get(data) if isinstance(
+                data, str) else data.draw(st.one_of(gen.damaged_bytes(real), st.just(real)))
+            path.write_bytes(raw)
+        ok, tokenizer = outcome(lambda: Tokenizer(path), names=[str(path)])
+        if ok:
+            ids = tokenizer.encode("the small dog sees the old house .")
+            accepted(tokenizer.vocab_size >= 3 and (tokenizer.sp.pad_id(), tokenizer.sp.eos_id(),
+                                                    tokenizer.sp.unk_id()) == (
+                PAD_ID, EOS_ID, UNK_ID) and ids[-1] == EOS_ID
+                and isinstance(tokenizer.decode(ids), str))
+
+
+@pytest.fixture(scope="session")
+def marian(trained_workdir, tmp_path_factory):
+    """The tiny trained model exported as a MarianMT directory, once a session."""
+    def make(directory):
+        exports.export("hf", trained_workdir, directory / "marian", average=1)
+
+    return once_per_session(tmp_path_factory, "fuzz_marian", make) / "marian"
+
+
+SIZE_VALUES = st.one_of(st.sampled_from([0, -1, 1, 2, 3, 16, 32, 31, 2**31, 2**40]),
+                        st.sampled_from(["32", 32.0, True, None, [32], {}]))
+
+
+@examples(4)  # each writes a workdir and a checkpoint
+@given(st.data())
+@example({"encoder_attention_heads": 0, "decoder_attention_heads": 0})  # found: / 0
+@example({"d_model": "32"})  # found: a TypeError
+@example({"vocab_size": None})  # found: a missing field, a KeyError
+@example({})  # as exported: imported whole
+@example({"max_position_embeddings": 16})  # found: a model from elsewhere of 16 positions
+def test_any_marian_config_imports_its_model_or_one_line(marian, trained_workdir, data):
+    config = json.loads((marian / hf.CONFIG).read_text())
+    foreign = data == {"max_position_embeddings": 16}
+    if isinstance(data, dict):
+        changes = data
+    elif data.draw(st.booleans()):  # a change the weights allow: a longer or shorter table
+        changes = {"max_position_embeddings": data.draw(st.integers(1, 4096))}
+        foreign = data.draw(st.booleans())  # a MarianMT model from elsewhere: no run config
+    else:
+        fields = data.draw(st.lists(st.sampled_from(sorted(hf.SIZES) + ["pad_token_id",
+                                                                      "activation_function"]),
+                                    min_size=1, max_size=2, unique=True))
+        changes = {f: data.draw(SIZE_VALUES) for f in fields}
+    edited = {**config, **changes}
+    edited = {k: v for k, v in edited.items() if v is not None}  # None: the field missing
+    with tempfile.TemporaryDirectory() as directory:
+        source = Path(directory) / "marian"
+        shutil.copytree(marian, source)
+        (source / hf.CONFIG).write_text(json.dumps(edited))
+        if foreign:
+            (source / hf.RUN_CONFIG).unlink()
+        out = Path(directory) / "imported"
+        ok, _ = outcome(lambda: hf.import_directory(str(source), out),
+                        names=[str(source)])
+        if not ok:
+            assert not out.exists()  # nothing half written
+            return
+        run = resume.workdir_config(out)
+        loaded = restore.load_workdir(out, run, 1)
+        m = loaded.model_config
+        accepted((m.d_model, m.num_heads, m.num_layers, m.d_ff, m.vocab_size, m.max_len) == (
+            edited["d_model"], edited["encoder_attention_heads"], edited["encoder_layers"],
+            edited["encoder_ffn_dim"], edited["vocab_size"], edited["max_position_embeddings"]),
+            f"imported {m} from {changes}")
+
+
+@examples(3)  # each restores a checkpoint
+@given(st.sampled_from(["hf", "ctranslate2"]), st.sampled_from(
+    ["num_heads", "d_model", "num_layers", "d_ff", "max_len", "positions", "norm"]),
+    st.one_of(st.sampled_from([1, 2, 8, 64, 128, "learned", "pre"]), gen.ANY_SCALAR))
+@example("hf", "num_heads", 2)  # the model of config.json is not the checkpoint's
+def test_an_edited_workdir_exports_whole_or_one_line(trained_workdir, target, field, value):
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = Path(directory) / "run"
+        shutil.copytree(trained_workdir, workdir, ignore=shutil.ignore_patterns(
+            layout.TENSORBOARD))
+        saved = json.loads((workdir / layout.CONFIG).read_text())
+        saved["model"][field] = value
+        (workdir / layout.CONFIG).write_text(json.dumps(saved))
+        out = Path(directory) / "out"
+        ok, _ = outcome(lambda: exports.export(target, workdir, out, average=1),
+                        names=[str(workdir)])
+        if ok:
+            accepted(out.is_dir() and any(out.iterdir()))
+        else:
+            assert not out.exists()

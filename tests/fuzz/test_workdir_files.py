@@ -1,0 +1,320 @@
+"""Every file of a workdir as the commands read it back, damaged or edited: config.json and
+config_changes.jsonl, metrics.jsonl, final_metrics.json, hold.json, provenance.json,
+sweep_point.json, a checkpoint's metadata and its folder names. Accepted, what is read is
+what the file holds, of the types the run writes (a config equal to the file's values; a
+model of the checkpoint's shapes); refused, in one UserError naming the file."""
+
+import json
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given, strategies as st
+
+from transformer_jax import config as config_lib
+from transformer_jax.config import resume
+from transformer_jax.errors import UserError
+from transformer_jax.evaluation import restore
+from transformer_jax.io import layout, metric_keys, provenance, workdirs
+from transformer_jax.sweeps import records, status
+from transformer_jax.training import stops
+
+from . import strategies as gen
+from .fuzzing import accepted, examples, outcome
+
+
+@pytest.fixture(scope="module")
+def light_workdir(trained_workdir, tmp_path_factory):
+    """The trained workdir's files but its checkpoints and TensorBoard events, for the
+    readers that do not restore a model (copied in a blink)."""
+    out = tmp_path_factory.mktemp("light") / "run"
+    shutil.copytree(trained_workdir, out, ignore=shutil.ignore_patterns(
+        layout.CHECKPOINTS, layout.TENSORBOARD))
+    return out
+
+
+def copy(workdir: Path, directory: str) -> Path:
+    out = Path(directory) / "run"
+    shutil.copytree(workdir, out, symlinks=True)
+    return out
+
+
+def json_or_bytes(document):
+    """A JSON document changed in its values (as text) or in its bytes."""
+    return st.one_of(gen.mutated_json(document).map(lambda d: json.dumps(d).encode()),
+                     gen.damaged_bytes(json.dumps(document).encode()),
+                     gen.json_values().map(lambda d: json.dumps(d).encode()))
+
+
+def _plain(value):
+    return json.loads(json.dumps(value, default=str))
+
+
+@examples(30)
+@given(st.data())
+@example("model null")  # found: a TypeError deep in validation
+@example("deep")  # found: a RecursionError
+@example("d_model text")
+@example("newline field")
+def test_config_json_reads_as_its_values_or_one_line(light_workdir, data):
+    saved = json.loads((light_workdir / layout.CONFIG).read_text())
+    if data == "model null":
+        raw = json.dumps({**saved, "model": None}).encode()
+    elif data == "deep":
+        raw = b'{"model":' * 50_000 + b"1" + b"}" * 50_000
+    elif data == "d_model text":
+        raw = json.dumps({**saved, "model": {**saved["model"], "d_model": "512"}}).encode()
+    elif data == "newline field":
+        raw = json.dumps(saved).encode()
+    else:
+        raw = data.draw(json_or_bytes(saved))
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = copy(light_workdir, directory)
+        (workdir / layout.CONFIG).write_bytes(raw)
+        if data == "newline field":  # found: a message of two lines
+            (workdir / layout.CONFIG_CHANGES).write_text(json.dumps({"changes": {"\n": None}}))
+        elif not isinstance(data, str) and data.draw(st.booleans()):
+            (workdir / layout.CONFIG_CHANGES).write_bytes(data.draw(st.one_of(
+                st.binary(max_size=40), st.lists(gen.json_values(), max_size=3).map(
+                    lambda xs: "\n".join(json.dumps({"changes": x}) for x in xs).encode()))))
+        path = workdir / layout.CONFIG
+        ok, config = outcome(lambda: resume.workdir_config(workdir),
+                             names=[str(path), str(workdir / layout.CONFIG_CHANGES)])
+        if not ok:
+            return
+        read = _plain(config.to_dict())
+        values = workdirs.read_config(workdir)
+        # Every field of the file this version has is read as the file gives it.
+        same = all(_plain(v) == read[s][k] for s, fields in values.items()
+                   if isinstance(fields, dict) and s in read for k, v in fields.items()
+                   if k in read[s])
+        accepted(same, "a field of config.json read as another value")
+
+
+METRIC_LINES = st.one_of(
+    st.builds(lambda split, step, value: json.dumps(
+        {"split": split, "step": step, "loss": value}), st.sampled_from(["train", "eval", 3]),
+        st.one_of(st.integers(-5, 10**20), st.floats(allow_nan=True), st.text(max_size=3)),
+        st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3),
+                  st.none())),
+    gen.json_values().map(json.dumps),
+    st.binary(max_size=30).map(lambda b: b.decode("latin-1")),
+    st.just('{"split": "train", "step": Infinity}'), st.just("[" * 5000))
+
+
+@examples(40)
+@given(st.lists(METRIC_LINES, max_size=8), st.binary(max_size=10))
+@example(['{"split": "train", "step": 1e400}', '{"split": "train", "step": 5, "loss": NaN}'],
+         b"")
+@example([], b"\xff\xfe\x00")  # found: bytes that are not UTF-8 (a UnicodeDecodeError)
+def test_metrics_jsonl_reads_as_records_of_numbers(light_workdir, lines, tail):
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = copy(light_workdir, directory)
+        (workdir / layout.METRICS).write_bytes(
+            "\n".join(lines).encode("utf-8", "surrogateescape") + b"\n" + tail)
+        path = str(workdir / layout.METRICS)
+        ok, result = outcome(lambda: (workdirs.read_metric_records(workdir),
+                                      workdirs.last_logged_step(workdir),
+                                      status.point_progress(workdir, 30, ask_queue=False)),
+                             names=[path])
+        if not ok:
+            return
+        records, last, progress = result
+
+        def number(v):
+            return isinstance(v, int | float) and not isinstance(v, bool)
+
+        typed = all(isinstance(r["split"], str) and isinstance(r["step"], int)
+                    and not isinstance(r["step"], bool) and r["step"] >= 0
+                    and all(number(v) for k, v in r.items() if k not in ("split", "step"))
+                    for r in records)
+        accepted(typed and last == max((r["step"] for r in records), default=None)
+                 and isinstance(progress["state"], str), f"read {records}")
+
+
+@examples(40)
+@given(st.data())
+@example({"step": "30", "stopped": {"reason": "pruned", "step": "x"}})  # found: int("x")
+@example({"test_hypotheses": "../../../etc/passwd", "test_references": "/etc/passwd",
+          "step": 30})
+def test_final_metrics_json_is_read_with_its_types(light_workdir, data):
+    final = json.loads((light_workdir / layout.FINAL_METRICS).read_text())
+    raw = json.dumps(data).encode() if isinstance(data, dict) else data.draw(st.one_of(
+        json_or_bytes({**final, "stopped": {"reason": "pruned", "step": 10, "message": "m"}}),
+        gen.damaged_bytes(json.dumps(final).encode())))
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = copy(light_workdir, directory)
+        (workdir / layout.FINAL_METRICS).write_bytes(raw)
+        ok, result = outcome(lambda: (workdirs.read_final(workdir), stops.stopped(workdir),
+                                      status.point_status(workdir, 30)),
+                             names=[str(workdir / layout.FINAL_METRICS)])
+        if not ok:
+            return
+        read, stop, point = result
+        step = read.get(metric_keys.STEP)
+        files = [read.get(k) for k in (metric_keys.TEST_HYPOTHESES, metric_keys.TEST_REFERENCES)]
+        accepted((step is None or (isinstance(step, int) and step >= 0))
+                 and all(f is None or (not f.startswith("/") and ".." not in f.split("/"))
+                         for f in files)
+                 and (point.kind == "finished") == (step == 30),
+                 f"read {read}, status {point}")
+
+
+HOLDS = st.fixed_dictionaries({}, optional={
+    "host": st.one_of(st.just(socket.gethostname()), st.text(max_size=5), gen.ANY_SCALAR),
+    "pid": st.one_of(st.sampled_from([os.getpid(), 1, 0, -1, 2**22, 2**31, 2**63, 2**64,
+                                      10**30]), gen.ANY_SCALAR),
+    "since": st.one_of(st.just("2026-12-01T05:00:00+00:00"), gen.ANY_SCALAR),
+    "heartbeat": st.one_of(st.just("2026-12-01T05:00:00+00:00"), st.just("9999-12-31T00:00"),
+                           gen.ANY_SCALAR)})
+
+
+@examples(40)
+@given(st.one_of(HOLDS.map(lambda h: json.dumps(h).encode()), st.binary(max_size=20)))
+@example(json.dumps({"host": socket.gethostname(), "pid": 2**64, "since": "s",
+                     "heartbeat": "h"}).encode())  # found: an OverflowError from os.kill
+def test_a_hold_file_is_live_stale_or_damaged_never_a_crash(light_workdir, raw):
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = copy(light_workdir, directory)
+        (workdir / layout.HOLD).write_bytes(raw)
+
+        def take():
+            with workdirs.Hold(workdir, heartbeat_s=3600):
+                return workdirs.read_hold(workdir)
+
+        ok, mine = outcome(take, names=[str(workdir)])
+        if ok:
+            accepted(mine is not None and mine["pid"] == os.getpid()
+                     and not (workdir / layout.HOLD).exists(), f"held by {mine}")
+        else:  # refused: the hold it found is live (this process)
+            hold = workdirs.read_hold(workdir)
+            assert hold is not None and workdirs.hold_is_live(hold)
+
+
+@examples(30)
+@given(st.one_of(gen.json_values().map(lambda v: json.dumps({"runs": v}).encode()),
+                 gen.json_values().map(lambda v: json.dumps(v).encode()),
+                 st.binary(max_size=30)))
+@example(json.dumps({"runs": [{"commit": 5, "versions": []}]}).encode())  # found
+def test_provenance_json_gives_fingerprints(light_workdir, raw):
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = copy(light_workdir, directory)
+        (workdir / layout.PROVENANCE).write_bytes(raw)
+        ok, prints = outcome(lambda: [provenance.fingerprint(r)
+                                      for r in provenance.read(workdir)],
+                             names=[str(workdir / layout.PROVENANCE)])
+        if ok:
+            accepted(all(isinstance(p["code"], str) for p in prints))
+
+
+@examples(30)
+@given(st.one_of(gen.json_values().map(lambda v: json.dumps({"attempts": v}).encode()),
+                 gen.json_values().map(lambda v: json.dumps(v).encode()),
+                 st.binary(max_size=30)))
+@example(json.dumps({"attempts": [{"wall_s": "1"}, 3]}).encode())  # found: a TypeError
+@example(b'{"attempts": null}')  # found: a TypeError
+def test_sweep_point_json_reads_as_attempts(light_workdir, raw):
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = copy(light_workdir, directory)
+        (workdir / layout.SWEEP_POINT).write_bytes(raw)
+        ok, result = outcome(lambda: (records.read_point(workdir),
+                                      status.point_progress(workdir, 30, ask_queue=False)),
+                             names=[str(workdir / layout.SWEEP_POINT)])
+        if ok:
+            record, progress = result
+            accepted(all(isinstance(a, dict) and all(
+                isinstance(a[k], int | float) for k in ("wall_s", "cpu_s") if k in a)
+                for a in record.get("attempts", []))
+                and isinstance(progress["wall_s"], int | float))
+            records.record_point(workdir, {"sweep": "s"}, {"wall_s": 1.0})  # writes it whole
+            assert records.read_point(workdir)["attempts"][-1] == {"wall_s": 1.0}
+
+
+@pytest.fixture(scope="module")
+def run_config(trained_workdir):
+    return resume.workdir_config(trained_workdir)
+
+
+META_FIELDS = ["vocab_size", "step", "nonfinite_steps", "divergence_best", "checksums"]
+
+
+@examples(4)  # each restores a checkpoint
+@given(st.data())
+@example("no vocab_size")  # found: a KeyError
+@example("garbage")
+def test_a_checkpoint_metadata_gives_the_model_or_one_line(trained_workdir, run_config, data):
+    meta_path = Path(layout.CHECKPOINTS) / "30" / "meta" / "metadata"
+    meta = json.loads((trained_workdir / meta_path).read_text())
+    if data == "no vocab_size":
+        raw = json.dumps({k: v for k, v in meta.items() if k != "vocab_size"}).encode()
+    elif data == "garbage":
+        raw = b"\x00garbage{"
+    elif data.draw(st.booleans()):
+        field = data.draw(st.sampled_from(META_FIELDS))
+        raw = json.dumps({**meta, field: data.draw(gen.json_values())}).encode()
+    else:
+        raw = data.draw(json_or_bytes(meta))
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = copy(trained_workdir, directory)
+        (workdir / meta_path).write_bytes(raw)
+        ok, loaded = outcome(lambda: restore.load_workdir(workdir, run_config, 1),
+                             names=[str(workdir / layout.CHECKPOINTS / "30")])
+        if ok:
+            accepted(loaded.model_config.vocab_size == loaded.tokenizer.vocab_size
+                     == meta["vocab_size"] and loaded.steps == [30])
+
+
+@examples(10)
+@given(st.text(st.characters(categories=("Nd", "No")), min_size=1, max_size=3))
+@example("٢٠")  # Arabic-Indic digits: str.isdigit, but no step orbax writes
+@example("²")  # found: int("²") raised
+def test_a_checkpoint_folder_named_by_other_digits_is_no_step(trained_workdir, name):
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = Path(directory) / "run"
+        (workdir / layout.CHECKPOINTS / name).mkdir(parents=True)
+        shutil.copytree(trained_workdir / layout.CHECKPOINTS / "10",
+                        workdir / layout.CHECKPOINTS / "10")
+        ok, steps = outcome(lambda: workdirs.checkpoint_steps_on_disk(workdir),
+                            names=[str(workdir)])
+        if ok:
+            accepted(steps == [10] or (name.isascii() and steps == sorted([10, int(name)])),
+                     f"{name!r} read as steps {steps}")
+
+
+def test_an_edited_model_in_config_json_is_one_line_not_a_shape_error(trained_workdir):
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = copy(trained_workdir, directory)
+        saved = json.loads((workdir / layout.CONFIG).read_text())
+        saved["model"]["d_model"] = 64
+        (workdir / layout.CONFIG).write_text(json.dumps(saved))
+        with pytest.raises(UserError, match=r"was written by another model: params/.* has "
+                                            r"shape .* \(an edited config.json\?\)"):
+            restore.load_workdir(workdir, resume.workdir_config(workdir), 1)
+        assert config_lib.validate(resume.workdir_config(workdir)).model.d_model == 64
+
+
+def test_truncated_arrays_and_another_vocabulary_are_one_line(trained_workdir, run_config):
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = copy(trained_workdir, directory)
+        arrays = workdir / layout.CHECKPOINTS / "30" / "state" / "d"
+        for f in arrays.iterdir():
+            with open(f, "r+b") as handle:
+                handle.truncate(10)
+        with pytest.raises(UserError, match=r"checkpoint .*/30 (is damaged|holds no)"):
+            restore.load_workdir(workdir, run_config, 1)
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = copy(trained_workdir, directory)
+        from transformer_jax.data.tokenizer import train_tokenizer
+
+        small = train_tokenizer(["the small dog sees the old house ."] * 30, 60,
+                                workdir / VOCAB_FILE)
+        with pytest.raises(UserError, match=rf"spm.model has {small.vocab_size} pieces but the "
+                                            r"model of .*/30 was trained with 200: the "
+                                            "vocabulary is not the run's"):
+            restore.load_workdir(workdir, run_config, 1)
+
+
+VOCAB_FILE = Path(layout.VOCAB) / layout.VOCAB_MODEL
