@@ -148,3 +148,25 @@ def test_accumulated_gradients_are_summed_over_devices_once_a_step(kind):
     bodies, reduces = while_bodies_and_all_reduces(hlo)
     assert bodies and sum(reduces.values()) >= 1  # a loop, and gradients summed somewhere
     assert not set(reduces) & bodies, {b: reduces[b] for b in set(reduces) & bodies}
+
+
+def test_a_warning_left_in_cloud_tpu_task_id_is_not_a_cluster(monkeypatch):
+    # Off a TPU VM, libtpu sets CLOUD_TPU_TASK_ID to a warning once loaded, and a sweep's
+    # training processes inherit it: they must train as one process, not ask JAX to join a
+    # cluster (which fails: "coordinator_address should be defined").
+    calls = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *a, **k: calls.append((a, k)))
+    for name in ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE", "TPU_WORKER_HOSTNAMES",
+                 "JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLOUD_TPU_TASK_ID", "WARNING: could not determine TPU worker number, "
+                       "please set env var `TPU_WORKER_ID` manually")
+    parallel.initialize_distributed()
+    assert calls == []
+    monkeypatch.setenv("CLOUD_TPU_TASK_ID", "3")  # a TPU VM's worker: JAX finds the rest
+    collectives = jax.config.jax_cpu_collectives_implementation
+    try:
+        parallel.initialize_distributed()
+    finally:
+        jax.config.update("jax_cpu_collectives_implementation", collectives)
+    assert len(calls) == 1 and calls[0][0] == ()

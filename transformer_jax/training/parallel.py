@@ -47,13 +47,18 @@ def initialize_distributed(coordinator_address: str = "", num_processes: int = 0
     A process that sends no heartbeat for ``heartbeat_timeout_s`` seconds (killed, its host
     down) is declared dead and the others are ended; they usually end sooner, when a
     collective with the dead process breaks.
+
+    CLOUD_TPU_TASK_ID counts only as a number: libtpu, once loaded (by any JAX backend
+    query in a process where it is installed, such as a sweep's), sets it to a warning text
+    off a TPU VM, and every process that process starts inherits it.
     """
     coordinator_address = coordinator_address or os.environ.get("JAX_COORDINATOR_ADDRESS", "")
     num_processes = num_processes or int(os.environ.get("JAX_NUM_PROCESSES", "0"))
     if process_id < 0:
         process_id = int(os.environ.get("JAX_PROCESS_ID", "-1"))
-    managed = any(k in os.environ for k in ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE",
-                                             "TPU_WORKER_HOSTNAMES", "CLOUD_TPU_TASK_ID"))
+    managed = (any(k in os.environ for k in ("SLURM_JOB_ID", "OMPI_COMM_WORLD_SIZE",
+                                              "TPU_WORKER_HOSTNAMES"))
+               or os.environ.get("CLOUD_TPU_TASK_ID", "").isdigit())
     if not coordinator_address and not managed:
         return
     # Collectives between CPU devices of different processes (GPUs and TPUs use their own).
