@@ -26,7 +26,7 @@ from transformer_jax.sweeps import (
 )
 from transformer_jax.sweeps.experiment import load_experiment
 from transformer_jax.sweeps.search_spec import Search
-from transformer_jax.training import studies
+from transformer_jax.training import stops, studies
 
 from ..gcs_emulator import free_port
 from ..helpers import ROOT, run_command, tiny_overrides
@@ -562,8 +562,6 @@ def test_auto_says_what_it_chose_and_why():
 
 
 def test_an_exploration_without_a_completed_trial_says_there_is_nothing_to_confirm(tmp_path):
-    from transformer_jax.training import stops
-
     sweep = load_experiment("configs/table3.py:base", seeds=2,
                             space=["optim.lr_scale=log:0.25:4"])
     root = tmp_path / "root"
@@ -579,5 +577,97 @@ def test_an_exploration_without_a_completed_trial_says_there_is_nothing_to_confi
         assert c.tell(n, [point]).startswith("pruned (")
     assert c.next() is None  # nothing to confirm, nothing queued
     assert search.status_lines(sweep, str(root), how, "demo")[-3] == (
-        "phase: done, 2 trials explored (2 pruned), none completed: nothing to confirm; raise "
-        "--trials to explore further")
+        "phase: done, 2 trials explored (2 pruned), none completed or pruned after an "
+        "evaluation: nothing to confirm; raise --trials to explore further")
+
+
+def pruned_at(c, root, number, values):
+    """Trial ``number``'s run stopped as pruned after reporting ``values`` ({step: value})."""
+    (point,) = c.points(number)
+    trial_id = c._trial(number)._trial_id
+    for step, value in values.items():
+        c.study._storage.set_trial_intermediate_value(trial_id, step, value)
+    (root / point.name).mkdir()
+    last = max(values)
+    stops.write_record(root / point.name, stops.Stop("pruned", last, f"pruned at {last}"),
+                       {"perplexity": values[last]})
+    assert c.tell(number, [point]).startswith("pruned (")
+    return point
+
+
+def test_pruned_trials_fill_the_places_of_confirmation_that_completed_ones_leave(tmp_path):
+    sweep = load_experiment("configs/table3.py:base", seeds=3,
+                            space=["optim.lr_scale=log:0.25:4"])
+    root = tmp_path / "root"
+    root.mkdir()
+    how = Search("qmc", 4, confirm=3)
+    c = controller_lib.Controller(sweep, str(root), launchers.get("local"), "demo", how, {},
+                                  sys.executable, "")
+    c.open(studies.open_storage(c.url))
+    assert [c.next() for _ in range(4)] == [0, 1, 2, 3]
+    steps = c.config(c.points(0)[0], 0)[0].train.num_steps
+    finish(root, c.points(0)[0], steps, 2.0)
+    assert c.tell(0, c.points(0)) == "perplexity 2"
+    # Trial 1 stopped early with the best figure; trial 2 later, with a worse one: a run
+    # that went further is the better evidence, so trial 2 is promoted first. Trial 3
+    # diverged: never promoted.
+    pruned_at(c, root, 1, {150: 1.5})
+    second = pruned_at(c, root, 2, {150: 1.8, 300: 2.5})
+    (diverged,) = c.points(3)
+    (root / diverged.name).mkdir()
+    stops.write_record(root / diverged.name, stops.Stop("diverged", 40, "diverged"), {})
+    c.tell(3, [diverged])
+    trials = c.study.get_trials()
+    assert [t.number for t in controller_lib.best_explored(trials, "minimize", 3)] == [0, 2, 1]
+    # Confirmation: trial 0 on seeds 1 and 2; the promoted trials 2 and 1 on all three, their
+    # first seed's run resumed (seed index 0) rather than trained again.
+    got = [c.next() for _ in range(9)]
+    assert got[-1] is None and c.next() is None
+    trials = c.study.get_trials()
+    assert sorted((trials[n].user_attrs["named"], trials[n].user_attrs["seed_index"])
+                  for n in got[:-1]) == [(0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1),
+                                            (2, 2)]
+    status = search.status_lines(sweep, str(root), how, "demo")
+    assert status[-3].startswith("phase: confirming, 0 of 8 runs ended")
+    # The promoted run's workdir: the stop kept aside, nothing stopped any more.
+    assert stops.reopen(root / second.name, stops.PRUNED)
+    assert stops.stopped(root / second.name) is None
+    kept = json.loads((root / second.name / "reopened_stop.json").read_text())
+    assert kept["step"] == 300 and kept["stopped"]["reason"] == "pruned"
+    assert not stops.reopen(root / second.name, stops.PRUNED)  # nothing left to reopen
+    assert not stops.reopen(root / diverged.name, stops.PRUNED)  # a divergence stays
+    assert stops.stopped(root / diverged.name).reason == "diverged"
+
+
+# A real tiny search where ASHA stops both trials at the first rung: ~1.5 min on 2 cores.
+@pytest.mark.slow
+def test_a_search_with_every_trial_pruned_promotes_the_best_and_resumes_its_run(
+        tmp_path, builtin_data_dir):
+    sweep = load_experiment(experiment_file(tmp_path / "lr.py", builtin_data_dir), seeds=2)
+    root = tmp_path / "root"
+    # 8 steps, evaluated and saved every 4: the first rung is step 4, and both trials, ASHA's
+    # start-up trials for a budget of 2, stop there.
+    steps = {"train.num_steps": 8, "train.eval_every": 4, "train.checkpoint_every": 4}
+    how = Search("qmc", 2, prune="asha", confirm=1)
+    search.run_search(sweep, str(root), how, parallel=1, overrides=steps)
+    trials = study_of(root).get_trials()
+    explored = [t for t in trials if t.user_attrs["phase"] == "explore"]
+    assert [t.state.name for t in explored] == ["PRUNED", "PRUNED"]
+    assert all(list(t.intermediate_values) == [4] for t in explored)
+    best = min(explored, key=lambda t: t.intermediate_values[4])
+    confirm = [t for t in trials if t.user_attrs["phase"] == "confirm"]
+    assert sorted((t.user_attrs["named"], t.user_attrs["seed_index"]) for t in confirm) == [
+        (best.number, 0), (best.number, 1)]
+    assert all(t.state.name == "COMPLETE" for t in confirm)
+    # Seed 0's run went on from its checkpoint at step 4 to step 8: the stop kept aside,
+    # steps 1-4 logged once.
+    (first,) = [n for n in trial_dirs(root) if n.startswith(f"trial={best.number},")
+                and n.endswith("seed=0")]
+    assert json.loads((root / first / "reopened_stop.json").read_text())["step"] == 4
+    assert json.loads((root / first / "final_metrics.json").read_text())["step"] == 8
+    logged = [json.loads(line)["step"] for line in (root / first / "metrics.jsonl")
+              .read_text().splitlines() if json.loads(line).get("split") == "train"]
+    assert logged == sorted(set(logged)) and logged[-1] == 8, logged
+    status = search.status_lines(sweep, str(root), how, "demo", steps)
+    assert status[-1].startswith(f"best so far: trial {best.number} ") and \
+        status[-1].endswith("mean of 2 seeds"), status

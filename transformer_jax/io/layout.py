@@ -44,6 +44,8 @@ TOKEN_CACHE_FILE = "{split}-{key}.array_record"
 TOKEN_CACHE_KEY_CHARS = 16  # of the key's hex digest, in the file name
 METRICS = "metrics.jsonl"
 FINAL_METRICS = "final_metrics.json"
+# final_metrics.json of a stopped run reopened to go on (a pruned trial promoted by a search)
+REOPENED_STOP = "reopened_stop.json"
 PROVENANCE = "provenance.json"
 HOLD = "hold.json"
 TENSORBOARD = "tb"

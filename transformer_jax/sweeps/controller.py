@@ -8,7 +8,11 @@ A trial is one of two kinds of work (its ``phase``, sweeps/study.py):
   pruner at each evaluation from the first rung on; ``--trials`` of them;
 * **confirming**: once every exploring trial has ended, each of the ``--confirm`` best
   completed settings is trained on each remaining seed, one trial a run, never pruned; the
-  settings are then ranked on their mean over all seeds (sweeps/search_status.py).
+  settings are then ranked on their mean over all seeds (sweeps/search_status.py). Where
+  fewer than ``--confirm`` completed, the best pruned ones are *promoted* to fill the places
+  (ASHA's promotion of a paused trial): ranked on the latest step they reported, then on
+  their value there, each is confirmed on every seed, its first seed's run resumed from the
+  checkpoint it stopped at (training/stops.py: ``reopen``).
 
 Work is taken through the storage alone (study.py): a new trial is asked, a waiting one
 popped (retries and confirmation runs are enqueued as waiting trials), a trial whose
@@ -45,6 +49,7 @@ from transformer_jax.sweeps.experiment import Point, Sweep
 from transformer_jax.sweeps.points import point_config, train_args
 from transformer_jax.sweeps.search_spec import Search
 from transformer_jax.sweeps.status import DONE, point_status
+from transformer_jax.training import stops
 
 State = optuna.trial.TrialState
 
@@ -106,10 +111,24 @@ def objective_value(workdir: storage.Path, key: str) -> float | None:
 
 def best_explored(trials: Sequence[optuna.trial.FrozenTrial], direction: str, k: int
                   ) -> list[optuna.trial.FrozenTrial]:
-    """The ``k`` best completed exploring trials, best first."""
-    done = [t for t in trials if study_lib.phase(t) == study_lib.EXPLORE
-            and t.state == State.COMPLETE]
-    return sorted(done, key=lambda t: t.value, reverse=direction == "maximize")[:k]
+    """The ``k`` best completed exploring trials, best first; where fewer completed, the
+    best pruned ones after them (promoted): those that reported at a later step first, then
+    on their value at their latest step. A diverged trial is never promoted."""
+    explored = [t for t in study_lib.live(trials) if study_lib.phase(t) == study_lib.EXPLORE]
+    sign = -1.0 if direction == "maximize" else 1.0
+    done = sorted((t for t in explored if t.state == State.COMPLETE),
+                  key=lambda t: sign * t.value)
+    pruned = [t for t in explored if t.state == State.PRUNED and t.intermediate_values
+              and t.user_attrs.get(study_lib.STOPPED) == "pruned"]
+    pruned.sort(key=lambda t: (-max(t.intermediate_values),
+                               sign * t.intermediate_values[max(t.intermediate_values)]))
+    return (done + pruned)[:k]
+
+
+def promoted(trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether an explored trial chosen for confirmation was pruned (its first seed's run
+    is then resumed to the end as well)."""
+    return trial.state == State.PRUNED
 
 
 def search_overrides(url: str, name: str, number: int, search: Search, startup: int,
@@ -184,9 +203,10 @@ class Controller:
         """(explored trial, seed index) of every confirmation run the search needs."""
         if not confirming(self.sweep, self.search) or not self.exploration_done(trials):
             return []
-        seeds = range(1, len(self.sweep.points()))
+        n = len(self.sweep.points())
         return [(t, i) for t in best_explored(trials, self.search.direction,
-                                              self.search.confirm) for i in seeds]
+                                              self.search.confirm)
+                for i in range(0 if promoted(t) else 1, n)]
 
     def _enqueue_confirmations(self, trials: Sequence[optuna.trial.FrozenTrial]) -> bool:
         """Enqueues the confirmation runs not yet in the study; whether it enqueued any."""
@@ -200,8 +220,13 @@ class Controller:
                     study_lib.SEED_INDEX: i})
                 added = True
         if added:
-            logging.info("%s: exploration ended; confirming the best %d on seeds 2..%d",
-                         self.sweep.name, self.search.confirm, len(self.sweep.points()))
+            chosen = best_explored(trials, self.search.direction, self.search.confirm)
+            lifted = [t.number for t in chosen if promoted(t)]
+            logging.info("%s: exploration ended; confirming the best %d on seeds 2..%d%s",
+                         self.sweep.name, len(chosen), len(self.sweep.points()),
+                         f"; pruned trial(s) {', '.join(map(str, lifted))} promoted (fewer "
+                         f"than {self.search.confirm} completed), their seed 1 resumed to "
+                         "the end" if lifted else "")
         return added
 
     def more_to_come(self) -> bool:
@@ -287,9 +312,13 @@ class Controller:
             points = self.points(number)
             self._set(number, study_lib.POINTS, [p.name for p in points])
         self.write_definition()
+        confirm_run = study_lib.phase(self._trial(number)) == study_lib.CONFIRM
         for point in points:
             config, own = self.config(point, number)
             workdir = self.root_path / point.name
+            if confirm_run and stops.reopen(workdir, stops.PRUNED):
+                logging.info("%s: trial %d resumes %s, pruned while exploring, to the end",
+                             self.sweep.name, number, point.name)
             status = point_status(workdir, config.train.num_steps, ask_queue=True)
             if status.kind in DONE:
                 if status.kind != "finished":

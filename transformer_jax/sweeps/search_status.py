@@ -12,7 +12,13 @@ import optuna
 
 from transformer_jax.io import storage, workdirs
 from transformer_jax.sweeps import records, samplers, study as study_lib
-from transformer_jax.sweeps.controller import confirming, known_points, rounded
+from transformer_jax.sweeps.controller import (
+    best_explored,
+    confirming,
+    known_points,
+    promoted,
+    rounded,
+)
 from transformer_jax.sweeps.experiment import Sweep
 from transformer_jax.sweeps.search_spec import Search
 
@@ -89,10 +95,12 @@ def phase_line(sweep: Sweep, search: Search, trials: list[optuna.trial.FrozenTri
         return line
     if not confirming(sweep, search):
         return f"phase: done, {search.trials} trials ({states})"
-    if not any(t.state == State.COMPLETE for t in explore):
-        return (f"phase: done, {search.trials} trials explored ({states}), none completed: "
-                "nothing to confirm; raise --trials to explore further")
-    runs = search.confirm * (len(sweep.points()) - 1)
+    chosen = best_explored(trials, search.direction, search.confirm)
+    if not chosen:
+        return (f"phase: done, {search.trials} trials explored ({states}), none completed "
+                "or pruned after an evaluation: nothing to confirm; raise --trials to explore "
+                "further")
+    runs = sum(len(sweep.points()) - (0 if promoted(t) else 1) for t in chosen)
     finished = sum(t.state.is_finished() for t in confirm)
     if finished < min(runs, len(confirm)) or not confirm:
         return (f"phase: confirming, {finished} of {len(confirm) or runs} runs ended "

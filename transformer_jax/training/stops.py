@@ -214,6 +214,20 @@ def stopped(workdir: storage.PathLike) -> Stop | None:
     return Stop(record["reason"], int(record.get("step", 0)), str(record.get("message", "")))
 
 
+def reopen(workdir: storage.PathLike, reason: str) -> bool:
+    """Lets the run of ``workdir``, if it stopped for ``reason``, go on from the checkpoint
+    it stopped at (a search promoting a pruned trial): its final_metrics.json is kept as
+    reopened_stop.json, and the same command resumes. Whether it was reopened."""
+    stop = stopped(workdir)
+    if stop is None or stop.reason != reason:
+        return False
+    workdir = storage.path(workdir)
+    record = (workdir / layout.FINAL_METRICS).read_text()
+    storage.write_atomically(workdir / layout.REOPENED_STOP, record)
+    (workdir / layout.FINAL_METRICS).unlink()
+    return True
+
+
 def refuse_if_stopped(workdir: storage.PathLike) -> None:
     """Raises TrainingStopped (the stop's exit status) if the workdir's run stopped itself:
     running the same command again does not resume it."""
