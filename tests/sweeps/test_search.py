@@ -488,16 +488,23 @@ def finish(root, point, steps, perplexity):
         {"step": steps, "perplexity": perplexity}))
 
 
-def test_the_best_explored_settings_are_confirmed_on_the_other_seeds_and_ranked_on_the_mean(
-        tmp_path):
-    sweep = load_experiment("configs/table3.py:base", seeds=3,
+def opened_controller(tmp_path, seeds, how):
+    """(sweep, root, controller) of a search over lr_scale with ``seeds`` seeds, its study
+    open in ``tmp_path / "root"``."""
+    sweep = load_experiment("configs/table3.py:base", seeds=seeds,
                             space=["optim.lr_scale=log:0.25:4"])
     root = tmp_path / "root"
     root.mkdir()
-    how = Search("auto", 3, confirm=2)
     c = controller_lib.Controller(sweep, str(root), launchers.get("local"), "demo", how, {},
                                   sys.executable, "")
     c.open(studies.open_storage(c.url))
+    return sweep, root, c
+
+
+def test_the_best_explored_settings_are_confirmed_on_the_other_seeds_and_ranked_on_the_mean(
+        tmp_path):
+    how = Search("auto", 3, confirm=2)
+    sweep, root, c = opened_controller(tmp_path, 3, how)
     assert [c.next() for _ in range(3)] == [0, 1, 2] and c.next() is None
     steps = c.config(c.points(0)[0], 0)[0].train.num_steps
     # Exploring: one run a trial, on the first seed.
@@ -562,14 +569,8 @@ def test_auto_says_what_it_chose_and_why():
 
 
 def test_an_exploration_without_a_completed_trial_says_there_is_nothing_to_confirm(tmp_path):
-    sweep = load_experiment("configs/table3.py:base", seeds=2,
-                            space=["optim.lr_scale=log:0.25:4"])
-    root = tmp_path / "root"
-    root.mkdir()
     how = Search("qmc", 2, confirm=1)
-    c = controller_lib.Controller(sweep, str(root), launchers.get("local"), "demo", how, {},
-                                  sys.executable, "")
-    c.open(studies.open_storage(c.url))
+    sweep, root, c = opened_controller(tmp_path, 2, how)
     for n in (c.next(), c.next()):
         (point,) = c.points(n)
         (root / point.name).mkdir()
@@ -596,14 +597,8 @@ def pruned_at(c, root, number, values):
 
 
 def test_pruned_trials_fill_the_places_of_confirmation_that_completed_ones_leave(tmp_path):
-    sweep = load_experiment("configs/table3.py:base", seeds=3,
-                            space=["optim.lr_scale=log:0.25:4"])
-    root = tmp_path / "root"
-    root.mkdir()
     how = Search("qmc", 4, confirm=3)
-    c = controller_lib.Controller(sweep, str(root), launchers.get("local"), "demo", how, {},
-                                  sys.executable, "")
-    c.open(studies.open_storage(c.url))
+    sweep, root, c = opened_controller(tmp_path, 3, how)
     assert [c.next() for _ in range(4)] == [0, 1, 2, 3]
     steps = c.config(c.points(0)[0], 0)[0].train.num_steps
     finish(root, c.points(0)[0], steps, 2.0)
