@@ -15,16 +15,18 @@ sentence are global (model.global_tokens, its default). At the paper's scale r i
 default, 128. Cross-attention is never windowed (the local kernels run it blockwise); linear
 attention runs everywhere. Every point decodes the 1,000 test sentences greedily.
 
-experiments/results/attention_kernels_demo/ holds a shortened run with three seeds (32
-CPU-minutes against the full run's ~55): 200 steps instead of 450, warmup 100 at lr_scale
-0.5 (a peak learning rate of 0.0044, inside the range that trains stably at this scale,
-experiments/results/lr_warmup_demo), BLEU on the first 300 test sentences:
+experiments/results/attention_kernels_demo/ holds the full run (the two commands above);
+its shortened_200_steps/ an earlier run with three seeds: 200 steps instead of 450, warmup
+100 at lr_scale 0.5 (a peak learning rate of 0.0044, inside the range that trains stably at
+this scale, experiments/results/lr_warmup_demo), BLEU on the first 300 test sentences:
 
     python -m transformer_jax.sweep experiments/attention_kernels.py --root=runs/kernels_demo \
         --scale=demo --seeds=3 --parallel=2 --config.train.num_steps=200 \
         --config.optim.warmup_steps=100 --config.optim.lr_scale=0.5 \
         --config.train.eval_every=100 --config.train.checkpoint_every=100 \
         --config.train.bleu_sentences=300
+    python -m transformer_jax.compare runs/kernels_demo --baseline=attention=dense \
+        --out=experiments/results/attention_kernels_demo/shortened_200_steps
 """
 
 from transformer_jax.sweeps import hyper
