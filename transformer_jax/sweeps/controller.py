@@ -213,14 +213,15 @@ class Controller:
         have = {(study_lib.named(t), t.user_attrs.get(study_lib.SEED_INDEX))
                 for t in study_lib.live(trials) if study_lib.phase(t) == study_lib.CONFIRM}
         added = False
-        for t, i in self.confirmations(trials):
+        runs = self.confirmations(trials)
+        for t, i in runs:
             if (t.number, i) not in have:
                 self.study.enqueue_trial(t.params, user_attrs={
                     study_lib.PHASE: study_lib.CONFIRM, study_lib.NAMED: t.number,
                     study_lib.SEED_INDEX: i})
                 added = True
         if added:
-            chosen = best_explored(trials, self.search.direction, self.search.confirm)
+            chosen = list({t.number: t for t, _ in runs}.values())
             lifted = [t.number for t in chosen if promoted(t)]
             logging.info("%s: exploration ended; confirming the best %d on seeds 2..%d%s",
                          self.sweep.name, len(chosen), len(self.sweep.points()),
