@@ -404,15 +404,16 @@ def test_two_controllers_on_an_empty_study_never_draw_the_same_values(tmp_path, 
         assert len({t.params[field] for t in trials}) >= 7, field  # int warmups may meet once
 
 
-def abandoned_study(url, sweep_name="table3_base"):
-    """A study of one exploring trial left running by a controller that is gone."""
+def abandoned_study(url, sweep_name="table3_base", claim=None):
+    """A study of one exploring trial left running by a controller that is gone (or one
+    holding ``claim``)."""
     study = study_lib.open_study(sweep_name, url, "minimize", samplers.build(
         "random", samplers.Budget(1, ())))
     trial = study.ask({"optim.lr_scale": optuna.distributions.FloatDistribution(
         0.25, 4, log=True), "optim.warmup_steps": optuna.distributions.IntDistribution(100, 600),
         "model.dropout_rate": optuna.distributions.FloatDistribution(0, 0.3)})
-    for key, value in ((study_lib.CLAIM, gone_claim()), (study_lib.PHASE, study_lib.EXPLORE),
-                       (study_lib.NAMED, trial.number),
+    for key, value in ((study_lib.CLAIM, claim or gone_claim()),
+                       (study_lib.PHASE, study_lib.EXPLORE), (study_lib.NAMED, trial.number),
                        (study_lib.POINTS, ["trial=0,lr_scale=1,seed=0"])):
         trial.set_user_attr(key, value)
     return trial.params
@@ -424,12 +425,81 @@ def check_taken_once(got, study):
     assert sorted(got, key=lambda g: g[0] is None) == [[1], [None]], got
     trials = study.get_trials()
     assert [t.state.name for t in trials[:2]] == ["FAIL", "RUNNING"], trials
-    # The other may have asked a new trial as the copy went: told FAIL as surplus, unrun.
-    assert all(t.state.name == "FAIL" and t.user_attrs["dropped"] == "surplus"
-               for t in trials[2:]), trials
+    # The other may have enqueued a second copy as it saw the trial gone too: told FAIL as
+    # a duplicate, unrun. Never a new trial (which was the race before: the original told
+    # FAIL before its copy existed, the other controller counted no trial and asked one).
+    assert all(t.state.name == "FAIL" and t.user_attrs["dropped"] == "duplicate"
+               and t.user_attrs["retry_of"] == 0 for t in trials[2:]), trials
     assert trials[1].params == trials[0].params
     assert {k: trials[1].user_attrs[k] for k in ("retry_of", "phase", "named", "points")} == {
         "retry_of": 0, "phase": "explore", "named": 0, "points": ["trial=0,lr_scale=1,seed=0"]}
+
+
+def opened_pair(tmp_path, claim=None):
+    """Two controllers of one search (--trials=1) on one journal, each its own storage, and
+    its one trial left running; the study's trials are 0 and the copy ``queue_copy`` adds."""
+    sweep = load_experiment("configs/table3.py:base", space=[
+        "optim.lr_scale=log:0.25:4", "optim.warmup_steps=int:100:600",
+        "model.dropout_rate=float:0:0.3"])
+    root = tmp_path / "root"
+    root.mkdir()
+    abandoned_study(str(root / "study.journal"), claim=claim)
+    both = [controller_lib.Controller(sweep, str(root), launchers.get("local"), "demo",
+                                      Search("random", 1), {}, sys.executable, "")
+            for _ in range(2)]
+    for c in both:
+        c.open(studies.open_storage(c.url))
+    return both
+
+
+def queue_copy(study):
+    """The first step of trial 0's retirement alone (study_lib.retire: the copy, then FAIL)."""
+    original = study.get_trials()[0]
+    study.enqueue_trial(original.params, user_attrs={
+        study_lib.RETRY_OF: 0, **{k: original.user_attrs[k] for k in study_lib.KEPT
+                                  if k in original.user_attrs}})
+
+
+def test_a_retirer_stopped_between_the_copy_and_the_fail_leaves_one_copy_to_run(tmp_path):
+    # A controller killed between the two steps leaves the copy queued and the original
+    # RUNNING, its controller gone: the next retires it again (a second copy) and runs the
+    # first copy; the other finds the trial taken and no new one to ask.
+    a, b = opened_pair(tmp_path)
+    queue_copy(a.study)
+    assert [a.next(), b.next()] == [1, None]
+    check_taken_once([[1], [None]], a.study)
+
+
+def test_a_copy_popped_before_its_retirer_told_the_fail_ends_the_original(tmp_path):
+    # The retirer (on a host that saw the trial's heartbeat stale) queued the copy and has
+    # not yet told FAIL when another controller pops it: that one tells it.
+    live = {"host": socket.gethostname(), "pid": os.getpid(), "since": workdirs.now(),
+            "heartbeat": workdirs.now()}
+    a, b = opened_pair(tmp_path, claim=live)
+    queue_copy(a.study)
+    assert a.next() == 1 and b.next() is None
+    check_taken_once([[1], [None]], a.study)
+
+
+def test_two_retirements_at_once_run_the_lower_copy_alone(tmp_path):
+    # Both controllers saw trial 0 gone and enqueued a copy before either told it FAIL.
+    a, b = opened_pair(tmp_path)
+    original = a.study.get_trials()[0]
+    assert [study_lib.retire(c.study, original) for c in (a, b)] == [True, False]
+    assert sorted([b.next(), a.next()], key=lambda n: n is None) == [1, None]
+    check_taken_once([[1], [None]], a.study)
+
+
+def test_a_copy_of_a_trial_whose_controller_was_alive_after_all_is_dropped(tmp_path):
+    # The copy was queued, but the trial's controller told it COMPLETE before the FAIL
+    # landed: the copy would train it twice.
+    a, b = opened_pair(tmp_path)
+    queue_copy(a.study)
+    a.study.tell(0, 3.5)
+    assert a.next() is None and b.next() is None
+    trials = a.study.get_trials()
+    assert [(t.state.name, t.user_attrs.get("dropped")) for t in trials] == [
+        ("COMPLETE", None), ("FAIL", "duplicate")]
 
 
 # Two races of two controller processes: ~20 s.

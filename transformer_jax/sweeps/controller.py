@@ -16,9 +16,10 @@ A trial is one of two kinds of work (its ``phase``, sweeps/study.py):
 
 Work is taken through the storage alone (study.py): a new trial is asked, a waiting one
 popped (retries and confirmation runs are enqueued as waiting trials), a trial whose
-controller is gone retired and its copy enqueued. The first controller to see exploration
-end enqueues the confirmation runs; one enqueued twice by controllers seeing it at once is
-run once, by the lower trial number (the other is told FAIL as a duplicate).
+controller is gone retired (its copy enqueued, then it told FAIL). The first controller to
+see exploration end enqueues the confirmation runs; one enqueued twice by controllers seeing
+it at once is run once, by the lower trial number (the other is told FAIL as a duplicate), and
+so is a trial's copy.
 """
 
 from __future__ import annotations
@@ -269,6 +270,10 @@ class Controller:
                         continue
                     return number
                 self._set(number, study_lib.CLAIM, self.claim)
+                if study_lib.RETRY_OF in trial.user_attrs and not study_lib.copy_runs(
+                        self.study, trial):
+                    self._drop(number, "duplicate")
+                    continue
                 if study_lib.phase(trial) == study_lib.CONFIRM:
                     key = (study_lib.named(trial), trial.user_attrs.get(study_lib.SEED_INDEX))
                     twins = [t for t in study_lib.live(self.study.get_trials(deepcopy=False))

@@ -14,9 +14,13 @@ by the storage, never by reading back what was written:
 * a new trial is asked (the storage hands out each number once), or a WAITING trial is
   popped, which the storage moves to RUNNING for one caller only (a database transaction; in
   the journal file, the first of the appended operations);
-* a running trial whose controller is gone is *retired*: told FAIL, which the storage accepts
-  once (the others get UpdateFinishedTrialError), and the one controller that retired it
-  enqueues its copy (same values and attributes) as a WAITING trial, to be popped as above.
+* a running trial whose controller is gone is *retired*: its copy (same values and
+  attributes, and ``retry_of``) is enqueued as a WAITING trial, to be popped as above, and
+  then it is told FAIL. The copy goes first so that no controller ever counts the trial gone
+  (told FAIL) before its copy is there, and asks a new trial in its place. Controllers that
+  retire one trial at once each enqueue a copy; the controller that pops a copy runs it only
+  if its original ended FAIL (it tells it so when the retirer stopped between the two steps)
+  and no lower-numbered copy of it is live (controller.py drops the others as duplicates).
 """
 
 from __future__ import annotations
@@ -110,19 +114,44 @@ def set_attr(study: optuna.Study, number: int, key: str, value: Any) -> None:
 
 
 def retire(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
-    """Tells an abandoned trial FAIL and, when this call was the one the storage accepted,
-    enqueues its copy to be popped by the next ask; whether it did."""
-    try:
-        study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
-    except optuna.exceptions.UpdateFinishedTrialError:
-        return False  # another controller retired it first
-    except ValueError as e:  # optuna's "already finished" before it reaches the storage
-        logging.info("trial %d: %s", trial.number, e)
-        return False
+    """Enqueues an abandoned trial's copy, then tells the trial FAIL; whether this call's
+    FAIL was the one the storage accepted (the copy stays queued either way: see ``copy_runs``
+    for which copy runs)."""
     attrs = {k: trial.user_attrs[k] for k in KEPT if k in trial.user_attrs}
     study.enqueue_trial(trial.params, user_attrs={**attrs, RETRY_OF: trial.number},
                         skip_if_exists=False)
+    return end_original(study, trial.number)
+
+
+def end_original(study: optuna.Study, number: int) -> bool:
+    """Tells trial ``number`` FAIL; whether the storage accepted it from this call."""
+    try:
+        study.tell(number, state=optuna.trial.TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False  # another controller retired it first, or it ended
+    except ValueError as e:  # optuna's "already finished" before it reaches the storage
+        logging.info("trial %d: %s", number, e)
+        return False
     return True
+
+
+def copy_runs(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+    """Whether the just-popped ``trial``, a copy of a retired one, is the copy to run: its
+    original ended FAIL (told so here if its retirer stopped before doing it) and no
+    lower-numbered copy of the same original is live. Otherwise it duplicates work."""
+    original = trial.user_attrs[RETRY_OF]
+    store = study._storage
+
+    def state() -> optuna.trial.TrialState:
+        return store.get_trial(store.get_trial_id_from_study_id_trial_number(
+            study._study_id, original)).state
+
+    if state() == optuna.trial.TrialState.RUNNING:
+        end_original(study, original)
+    if state() != optuna.trial.TrialState.FAIL:
+        return False  # its controller was alive after all, and ended it
+    return not any(t.number < trial.number and t.user_attrs.get(RETRY_OF) == original
+                   for t in live(study.get_trials(deepcopy=False)))
 
 
 def phase(trial: optuna.trial.FrozenTrial) -> str:
