@@ -107,3 +107,41 @@ def test_builtin_source_reads_one_and_many(builtin_data_dir):
     assert train_source.read([3, 1, 3]) == [train_source[3], train_source[1], train_source[3]]
     en, de = train_source[0]
     assert en != de and en[0].isupper() and de[0].isupper()
+
+
+def write_shards(directory, sizes):
+    """array_record shards of records b"<shard>:<i>"; their file names."""
+    from array_record.python import array_record_module
+
+    names = []
+    for shard, size in enumerate(sizes):
+        name = str(directory / f"split.array_record-{shard:05d}-of-{len(sizes):05d}")
+        writer = array_record_module.ArrayRecordWriter(name, "group_size:1")
+        for i in range(size):
+            writer.write(f"{shard}:{i}".encode())
+        writer.close()
+        names.append(name)
+    return names
+
+
+def test_range_reads_cross_shards_and_honour_each_shards_skip(tmp_path):
+    # A split of three shards, the first read from its record 2 on and the last up to its
+    # record 3 (a sliced split's file instructions): records 0..(5 + 4 + 4) of the split.
+    names = write_shards(tmp_path, [7, 4, 6])
+    reads = sources.RangeReads([(names[0], 2, 5), (names[1], 0, 4), (names[2], 0, 4)])
+    split = [f"0:{i}" for i in range(2, 7)] + [f"1:{i}" for i in range(4)] + \
+        [f"2:{i}" for i in range(4)]
+    assert [r.decode() for r in reads.read(0, 13)] == split
+    for start, stop in [(3, 11), (5, 9), (0, 1), (12, 13), (4, 5), (6, 6)]:
+        assert [r.decode() for r in reads.read(start, stop)] == split[start:stop], (start, stop)
+    assert [r.decode() for r in reads.read(9, 20)] == split[9:]  # past the end: what is there
+
+
+def test_consecutive_indices_are_read_in_order_and_others_by_random_access(
+        builtin_data_dir):
+    source = sources.get_source(sources.SourceSpec("builtin", str(builtin_data_dir)), "train")
+    assert source.ranges is not None and sum(t for _, _, t in source.ranges.shards) == len(
+        source)
+    for indices in ([0, 1, 2, 3], list(range(990, 1010)), [len(source) - 2, len(source) - 1],
+                    [5, 3, 4], [10, 12], [7]):
+        assert source.read(indices) == [source[i] for i in indices], indices

@@ -33,6 +33,7 @@ import importlib
 import os
 import pathlib
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -105,20 +106,67 @@ class BuiltinLongCorpus(BuiltinCorpus):
         return {name: self._generate_examples(pairs) for name, pairs in splits.items()}
 
 
+# The read-ahead of a sequential read (see RangeReads): a bucket serves it in a few large
+# reads where random access costs one request a record.
+READAHEAD_BYTES = 16 * 2**20
+
+
+class RangeReads:
+    """Reads of consecutive records of an array_record split, shard by shard, with read-ahead.
+
+    Random access (TFDS's data source) reads each record on its own, which in a bucket is one
+    request a record: tokenizing a split of 100,000 pairs in a local GCS emulator took 200 s
+    that way and 0.7 s this way (2026-12-03). One reader is open at a time, so memory stays
+    at one read-ahead buffer however many shards the split has. ``shards`` are TFDS's file
+    instructions: (filename, first record, records) a shard."""
+
+    def __init__(self, shards: Sequence[tuple[str, int, int]]):
+        self.shards = list(shards)
+        self._open: tuple[int, Any] | None = None  # (shard index, its reader)
+        self._lock = threading.Lock()
+
+    def read(self, start: int, stop: int) -> list[bytes]:
+        """Records ``start`` (inclusive) to ``stop`` of the split, in order."""
+        out: list[bytes] = []
+        with self._lock:
+            first = 0
+            for i, (filename, skip, take) in enumerate(self.shards):
+                lo, hi = max(start, first), min(stop, first + take)
+                if lo < hi:
+                    out.extend(self._reader(i, filename).read(skip + lo - first,
+                                                              skip + hi - first))
+                first += take
+        return out
+
+    def _reader(self, index: int, filename: str) -> Any:
+        if self._open is None or self._open[0] != index:
+            from array_record.python import array_record_module
+
+            if self._open is not None:
+                self._open[1].close()
+            self._open = (index, array_record_module.ArrayRecordReader(
+                filename, f"readahead_buffer_size:{READAHEAD_BYTES}"))
+        return self._open[1]
+
+
 class PairSource(Sequence):
     """Random access to (source, target) text pairs of a TFDS array_record split.
 
     ``records`` is a ``tfds.data_source`` opened with raw-bytes deserialization: each record
     is a serialized ``tf.train.Example`` whose ``source_key`` and ``target_key`` features
     hold the two sentences. Parsing the two strings ourselves costs a fraction of TFDS's
-    generic decoding, and :meth:`read` fetches many records in one array_record call.
+    generic decoding, and :meth:`read` fetches many records in one array_record call: for
+    consecutive indices (a whole split tokenized for its cache) through ``ranges``, a
+    sequential read with read-ahead.
     """
 
-    def __init__(self, records: Any, source_key: str, target_key: str, name: str):
+    def __init__(self, records: Any, source_key: str, target_key: str, name: str,
+                 ranges: RangeReads | None = None):
         self.records = records
         self.source_key = source_key
         self.target_key = target_key
         self.name = name
+        self.ranges = ranges
         self._batched = True
         if len(records):
             self._pair(records[0])  # names a missing language key now, not mid-run
@@ -138,6 +186,9 @@ class PairSource(Sequence):
         indices = [int(i) for i in indices]
         if not self._batched:
             return [self[i] for i in indices]
+        if (self.ranges is not None and len(indices) > 1
+                and indices == list(range(indices[0], indices[-1] + 1))):
+            return [self._pair(r) for r in self.ranges.read(indices[0], indices[-1] + 1)]
         return [self._pair(r) for r in self.records.__getitems__(indices)] if indices else []
 
     def _pair(self, record: bytes) -> tuple[str, str]:
@@ -244,8 +295,10 @@ def read_tfds(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> PairSo
             f"{data_dir or '~/tensorflow_datasets'} ({type(e).__name__}"
             + (f"; a preparation did not finish: {unfinished[-1]}" if unfinished else "")
             + f"); {dataset.how_to_prepare}") from e
+    shards = [(os.fspath(f.filename), f.skip, f.take) for f in
+              records.dataset_info.splits[dataset.splits[split]].file_instructions]
     return PairSource(records, spec.source_lang, spec.target_lang,
-                      f"{dataset.tfds_name}:{split}")
+                      f"{dataset.tfds_name}:{split}", RangeReads(shards))
 
 
 def unfinished_preparations(tfds_name: str, data_dir: str | None) -> list[str]:
