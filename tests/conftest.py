@@ -25,6 +25,10 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", str(COMPILATION_CACHE))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
+# Hosts' copies of token caches that are in a bucket (data/token_cache.py), kept with the
+# compilation cache rather than in the home folder.
+os.environ.setdefault("TRANSFORMER_JAX_CACHE", str(COMPILATION_CACHE.parent / "transformer_jax"))
+
 from . import gcs_emulator, needs  # noqa: E402
 
 GCS_PORT = gcs_emulator.free_port()

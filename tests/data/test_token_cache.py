@@ -328,20 +328,42 @@ def test_the_points_of_a_sweep_share_one_cache_at_its_root(tmp_path, monkeypatch
     assert len(list((tmp_path / "shared").glob("*.array_record"))) == 2
 
 
-def test_a_cache_in_a_bucket_is_written_once_and_read_into_the_same_batches(bucket, vocab,
-                                                                             caplog):
+def test_a_cache_in_a_bucket_is_written_once_and_read_into_the_same_batches(
+        bucket, vocab, caplog, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRANSFORMER_JAX_CACHE", str(tmp_path / "host"))
     tok = vocab[200]
     workdir = f"{bucket}/run"
+    tokens = storage.path(f"{workdir}/vocab/tokens")
     with caplog.at_level(logging.INFO):
         cached = cache_of(workdir, tok)
-    assert cached.path.startswith(f"{bucket}/run/vocab/tokens/train-")
+    (written,) = [p for p in tokens.iterdir() if p.name.endswith(".array_record")]
+    assert written.name.startswith("train-")
     assert caplog.text.count(" once: 1200 pairs") == 1
-    assert not locks.lock_path(cached.path).exists()  # released
+    assert not locks.lock_path(written).exists()  # released
+    # Read from this host's copy, made once, byte for byte the bucket's.
+    copy = tmp_path / "host" / "tokens" / written.name
+    assert cached.path == str(copy) and copy.read_bytes() == written.read_bytes()
+    assert caplog.text.count(f"token cache copied to {copy}") == 1
     caplog.clear()
     with caplog.at_level(logging.INFO):
         again = cache_of(workdir, tok)
-    assert " once: " not in caplog.text and f"reading token ids from {cached.path}" in \
-        caplog.text
+    assert " once: " not in caplog.text and f"reading token ids from {written}" in \
+        caplog.text and "copied" not in caplog.text and again.path == str(copy)
+    # A damaged copy is made again; a host that cannot make one reads the bucket.
+    copy.write_bytes(copy.read_bytes()[:100])
+    with caplog.at_level(logging.INFO):
+        assert cache_of(workdir, tok).path == str(copy)
+    assert copy.read_bytes() == written.read_bytes()
+    (tmp_path / "blocked").write_text("a file where the copies' folder would go")
+    monkeypatch.setenv("TRANSFORMER_JAX_CACHE", str(tmp_path / "blocked"))
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        remote = cache_of(workdir, tok)
+    assert remote.path == str(written) and caplog.text.count(
+        f"reading the token cache {written} from the bucket: no copy on this host") == 1
+    assert remote.read_ids([7])[0].tolist() == [tok.encode(PAIRS[7][0])]
+    monkeypatch.setenv("TRANSFORMER_JAX_CACHE", str(tmp_path / "host"))
+    again = cache_of(workdir, tok)  # (the copy the first one read was damaged above)
     indices = [5, 0, 1199]
     assert again.read_ids(indices)[1].tolist() == [tok.encode(PAIRS[i][1]) for i in indices]
 
@@ -370,7 +392,8 @@ def test_two_processes_of_a_run_in_a_bucket_tokenize_once_and_both_read_the_cach
             "--config.train.checkpoint_every=2", "--config.train.bleu_sentences=0",
             "--config.train.samples=0", "--config.train.visualize_sentences=()",
             "--config.train.peak_flops=1e12"]
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
+    copies = tmp_path / "host" / "tokens"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TRANSFORMER_JAX_CACHE=str(tmp_path / "host"),
                XLA_FLAGS="--xla_force_host_platform_device_count=1")
     env.pop("JAX_COORDINATOR_ADDRESS", None)
     with socket.socket() as s:
@@ -392,6 +415,10 @@ def test_two_processes_of_a_run_in_a_bucket_tokenize_once_and_both_read_the_cach
         assert sum(f"once: {600 if split == 'train' else 100} pairs" in log
                    for log in logs) == 1, split
         assert sum(f"reading token ids from {path}" in log for log in logs) >= 1, split
+        # Read from one copy on this host (both processes are on it), made by either.
+        copied = [log.count(f"token cache copied to {copies / path.rsplit('/', 1)[1]}")
+                  for log in logs]
+        assert 1 <= sum(copied) <= 2, (split, copied)
     # Each process saved its data position, in the order computed on the fly.
     for i in range(2):
         state = json.loads(storage.path(

@@ -24,7 +24,14 @@ waits for, then reads the file. A process that waits longer than ``data.token_ca
 tokenizes on the fly instead (same batches). The file is written under a temporary name and
 renamed (in a bucket: written locally, then uploaded as one object), so a killed writer leaves
 nothing that is read, and its lock goes with it; a damaged or mismatched file is rebuilt with
-one warning line. Without a cache (``data.token_cache=False``, or a location that cannot be
+one warning line.
+
+A cache in a bucket is checked there, then read from a copy on each host's disk
+(:func:`local_copy`, under ``$TRANSFORMER_JAX_CACHE/tokens``, default
+``~/.cache/transformer_jax/tokens``, named by its key), copied once a host in one streamed
+read: training reads pairs at random, which in a bucket would be one request a pair. Where
+the copy cannot be made (too little disk, no write access) the bucket is read, said in one
+line. Without a cache (``data.token_cache=False``, or a location that cannot be
 written) pairs are tokenized on the fly.
 """
 
@@ -37,6 +44,7 @@ import hashlib
 import json
 import logging
 import os
+import pathlib
 import tempfile
 import time
 import uuid
@@ -82,6 +90,7 @@ class CachedIds:
     def __init__(self, path: storage.PathLike, key: str, name: str = ""):
         self.path = os.fspath(path)
         self.name = name or self.path
+        self.key = key
         try:
             self.records = array_record_data_source.ArrayRecordDataSource([self.path])
             header = json.loads(self.records[0])
@@ -225,10 +234,52 @@ def write(path: storage.PathLike, ids: Ids, key: str, vocab_size: int,
 
 
 def _open(path: storage.Path, key: str, name: str) -> CachedIds | None:
-    """The cache at ``path`` if it is whole and of ``key``; None if there is none."""
+    """The cache at ``path`` if it is whole and of ``key`` (read from this host's copy when
+    it is in a bucket); None if there is none."""
     if not path.exists():
         return None
-    return CachedIds(path, key, name)
+    cached = CachedIds(path, key, name)
+    logging.info("%s: reading token ids from %s", name, path)
+    return local_copy(cached)
+
+
+def local_copies() -> pathlib.Path:
+    """Where this host keeps its copies of token caches that are in a bucket."""
+    root = os.environ.get("TRANSFORMER_JAX_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "transformer_jax")
+    return pathlib.Path(root) / "tokens"
+
+
+def local_copy(cached: CachedIds) -> CachedIds:
+    """``cached`` itself if it is on a local disk; otherwise this host's copy of it, made
+    now if there is none (a damaged copy is made again). Where no copy can be made, the
+    bucket's file, said in one line."""
+    if not storage.is_remote(cached.path):
+        return cached
+    target = local_copies() / storage.path(cached.path).name  # the name holds the key
+    with contextlib.suppress(DataError, OSError):
+        return CachedIds(target, cached.key, cached.name)
+    staged = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        need, free = storage.size(cached.path), storage.free_bytes(target.parent)
+        if free is not None and free < 2 * need:
+            raise OSError(f"{storage.human_bytes(free)} free for a copy of "
+                          f"{storage.human_bytes(need)}")
+        storage.download(cached.path, staged)
+        os.replace(staged, target)
+        local = CachedIds(target, cached.key, cached.name)
+    except (OSError, DataError) as e:
+        logging.warning("%s: reading the token cache %s from the bucket: no copy on this "
+                        "host (%s; set TRANSFORMER_JAX_CACHE to a folder with room)",
+                        cached.name, cached.path, getattr(e, "strerror", None) or e)
+        return cached
+    finally:
+        with contextlib.suppress(OSError):
+            staged.unlink()
+    logging.info("%s: token cache copied to %s (%s), read from there", cached.name, target,
+                 storage.human_bytes(storage.size(target)))
+    return local
 
 
 def _remove_partials(path: storage.Path) -> None:
@@ -255,7 +306,6 @@ def open_or_write(spec: CacheSpec, workdir: storage.PathLike, split: str,
     path = cache_path(layout.token_cache_dir(workdir, spec.directory), split, key)
     with contextlib.suppress(DataError):  # a damaged file is rebuilt under the lock
         if (cached := _open(path, key, name)) is not None:
-            logging.info("%s: reading token ids from %s", name, path)
             return cached
 
     def waiting(holder: str) -> None:
@@ -273,7 +323,6 @@ def open_or_write(spec: CacheSpec, workdir: storage.PathLike, split: str,
         try:
             try:
                 if (cached := _open(path, key, name)) is not None:
-                    logging.info("%s: reading token ids from %s", name, path)
                     return cached
             except DataError as e:
                 logging.warning("%s; writing it again", e)
@@ -285,4 +334,4 @@ def open_or_write(spec: CacheSpec, workdir: storage.PathLike, split: str,
         logging.warning("%s: cannot write the token cache (%s); tokenizing on the fly", path,
                         e.strerror or e)
         return None
-    return CachedIds(path, key, name)
+    return local_copy(CachedIds(path, key, name))

@@ -184,6 +184,19 @@ def upload(local_file: PathLike, target: PathLike) -> None:
     fs.put_file(os.fspath(local_file), where)
 
 
+def download(source: PathLike, local_file: PathLike) -> None:
+    """Copies the object ``source`` in a bucket to the local file ``local_file``, streamed."""
+    import fsspec
+
+    fs, where = fsspec.core.url_to_fs(os.fspath(path(source)))
+    fs.get_file(where, os.fspath(local_file))
+
+
+def size(p: PathLike) -> int:
+    """The size in bytes of a file or object."""
+    return int(path(p).stat().length) if is_remote(p) else os.path.getsize(p)
+
+
 def rmtree(p: PathLike) -> None:
     """Removes a directory and everything under it; a missing one is fine."""
     target = path(p)
