@@ -130,7 +130,9 @@ GPU = [
     # whole base is the case above; this one took 104 s more, 2026-12-03).
     pytest.param(("base", "float32", "pmap", 1, "h100:8", 2), id="base-f32-pmap-8",
                  marks=pytest.mark.slow),
-    pytest.param(("big", "float32", "sharded", 2, "h100:2x4"), id="big-f32-mp2-2x4",
+    # The model axis across two hosts, on big's widths with 2 layers a side (the whole big
+    # took 137 s; its memory at full depth is in docs/scale.md's planner table).
+    pytest.param(("big", "float32", "sharded", 2, "h100:2x4", 2), id="big-f32-mp2-2x4",
                  marks=pytest.mark.slow),
 ]
 # The TPU case: base's widths with 2 layers a side too. What it checks (libtpu compiles
