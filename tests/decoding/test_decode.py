@@ -261,6 +261,7 @@ def test_beam_size_1_is_greedy_search_on_the_model(params):
     assert outputs["greedy"][1, 6:].tolist() == [PAD_ID] * 10  # cut at 6 tokens
 
 
+@pytest.mark.slow
 def test_beam_scores_are_the_models_scores_of_its_hypotheses(params):
     """The score of each returned hypothesis equals log P(hypothesis) / lp(length) under a
     full recomputation of the model: the cache was reordered with its beams."""
@@ -330,6 +331,7 @@ def test_cache_lengths_double_from_the_first_phase_up_to_the_buffer():
     assert decode.cache_lengths(64, 0) == (64,)
 
 
+@pytest.mark.slow
 def test_beam_search_in_phases_of_growing_cache_finds_the_same(params):
     """A cache that starts 4 positions long and grows (4, 8, 16, 29) gives beam search the
     hypotheses and scores of a cache of all 29 positions; hypotheses end in different

@@ -46,6 +46,7 @@ def none_config(tmp_path):
     (["--config=configs/demo.py", "--config.train.devices=64"],
      ["train.devices=64 but this process has", "device(s)"]),
 ])
+@pytest.mark.slow
 def test_main_refuses_what_would_train_another_model(tmp_path, args, words):
     refused(command("main", *args, f"--workdir={tmp_path / 'run'}"), *words)
     assert not (tmp_path / "run").exists()  # nothing written
@@ -57,6 +58,7 @@ def test_main_refuses_an_empty_workdir_and_a_config_file_without_a_config(none_c
             f"--config={none_config}: get_config returned None")
 
 
+@pytest.mark.slow
 def test_main_refuses_a_named_pipe_as_data_instead_of_waiting(tmp_path):
     os.mkfifo(tmp_path / "train.tsv")
     (tmp_path / "dev.tsv").write_text("a\tb\n")

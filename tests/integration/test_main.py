@@ -24,6 +24,7 @@ def logged(workdir, split="train", key="loss"):
             for step, record in workdirs.read_metrics(workdir).get(split, {}).items()}
 
 
+@pytest.mark.slow
 def test_short_run_lowers_the_loss(tmp_path, builtin_data_dir):
     config = tiny_config(builtin_data_dir, num_steps=40, log_every=5, eval_every=20,
                          keep_checkpoints=2)

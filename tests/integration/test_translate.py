@@ -58,6 +58,7 @@ def test_translates_a_file_in_order_with_empty_lines_kept(workdir, tmp_path):
     assert got[1] == got[3] == "" and all(got[i] for i in (0, 2, 4, 5, 6))
 
 
+@pytest.mark.slow
 def test_stdin_to_stdout_with_decode_overrides(workdir):
     config = resume.workdir_config(workdir)
     source = sources.get_source(config.data, "validation")

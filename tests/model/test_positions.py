@@ -190,6 +190,7 @@ def test_sinusoids_at_a_scale_are_the_formula_at_scaled_positions():
                                   sinusoidal.sinusoidal_positions(64, 32)[:10])
 
 
+@pytest.mark.slow
 def test_decode_position_scale_reaches_the_model_when_translating():
     config = TINY.replace(positions="rotary")
     params = init(config)

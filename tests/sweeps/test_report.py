@@ -318,6 +318,7 @@ def _compare(*args):
     return run.stdout
 
 
+@pytest.mark.slow
 def test_compare_shows_test_chrf_of_the_saved_translations(replicated_root, tmp_path):
     _compare(replicated_root, f"--out={tmp_path}")
     sets, rows = _rows(tmp_path / "results.md", "Settings"), _rows(tmp_path / "results.md")

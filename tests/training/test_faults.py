@@ -77,6 +77,7 @@ def test_multiprocess_runs_leave_sigterm_to_jax():
         assert signal.getsignal(signal.SIGTERM) is before
 
 
+@pytest.mark.slow
 def test_sigterm_stops_training_with_a_checkpoint_and_the_rerun_continues_exactly(
         tmp_path, builtin_data_dir, straight_run, monkeypatch):
     # straight_run's config: 20 steps, a checkpoint every 10.

@@ -252,6 +252,7 @@ def restorable(config, workdir, step):
         ckpts.close()
 
 
+@pytest.mark.slow
 def test_a_run_whose_loss_blows_up_stops_as_diverged_and_is_not_resumed(tmp_path,
                                                                          builtin_data_dir):
     # 100 times the paper's learning rate, warmed up in 2 steps: the loss climbs from the
