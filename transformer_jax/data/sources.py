@@ -115,9 +115,9 @@ class RangeReads:
     """Reads of consecutive records of an array_record split, shard by shard, with read-ahead.
 
     Random access (TFDS's data source) reads each record on its own, which in a bucket is one
-    request a record: tokenizing a split of 100,000 pairs in a local GCS emulator took 200 s
-    that way and 0.7 s this way (2026-12-03). One reader is open at a time, so memory stays
-    at one read-ahead buffer however many shards the split has. ``shards`` are TFDS's file
+    request a record (docs/data.md has the two measured against each other). One reader is
+    open at a time, so memory stays at one read-ahead buffer however many shards the split
+    has. ``shards`` are TFDS's file
     instructions: (filename, first record, records) a shard."""
 
     def __init__(self, shards: Sequence[tuple[str, int, int]]):
