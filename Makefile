@@ -31,14 +31,14 @@ demo: venv
 # The developers' loop: every test not marked slow, after the import layers. Within 8 minutes
 # on a 2-core CPU (docs/testing.md has the times).
 test: venv layers
-	$(PY) -m pytest -q -m "not slow" -n auto --maxprocesses=4
+	$(PY) -m pytest -q -m "not slow" -n auto --maxprocesses=4 --durations=15
 
 # The slow tests alone (each over ~30 s on 2 cores): the 2-process runs, SLURM's requeue and
 # srun, PostgreSQL studies and two controllers, whole sweeps, the runs in a bucket, training
 # on text and mocked WMT14, the base rehearsal, the programs compiled for H100s and TPUs
 # (docs/testing.md lists them). CI runs it after `make test`.
 test-slow: venv
-	$(PY) -m pytest -q -m slow -n auto --maxprocesses=4 --dist worksteal
+	$(PY) -m pytest -q -m slow -n auto --maxprocesses=4 --dist worksteal --durations=40
 
 # Both: every test but the fault suite.
 test-all: venv layers
