@@ -4,8 +4,8 @@ this machine does not have: compile-only NVIDIA H100s (JAX's CUDA plugin) and TP
 decided, against figures worked out here independently of the code under test:
 
 * memory a device (XLA's buffer assignment) below the device's allocator limit with
-  compiled.HEADROOM (10%) left: no GPU autotuning happens without a device, so a real GPU
-  may choose other kernels and workspaces; and the state's share of the arguments equal to
+  compiled.HEADROOM (10%) left: without a device nothing is timed, so a real GPU's
+  autotuner may choose other kernels and workspaces; and the state's share of the arguments equal to
   the parameter count x 4 bytes x 3 (parameters and Adam's two moments, float32) on the
   device's share of the model axis;
 * the gradient all-reduce: absent from a one-device program; in a multi-device one it sums
@@ -33,7 +33,8 @@ covering set compiles each value at least once, and each pair that interacts:
   sentences, sources of data.max_len = 256 tokens, outputs up to 256): the cached decoder
   step (its FLOPs: the decoder's products for one token a hypothesis, encoder keys and
   values not recomputed) and beam search whole (memory).
-Every batch is the paper's: data.tokens_per_batch 25,000 a side in rows of 256 slots. Big in
+Every batch but the v5e-8 slice's (8,192 tokens: see TPU below) is the paper's:
+data.tokens_per_batch 25,000 a side in rows of 256 slots. Big in
 bfloat16 on 1 and 8 H100s is in docs/scale.md's planner table (the same compiles, by
 `python -m transformer_jax.plan`), not here: these tests are held to about 8 minutes of CPU.
 One v5e chip is in neither: its compiled products held convolutions the FLOP count here
@@ -61,6 +62,16 @@ from ..needs import require
 
 H100_LIMIT_BYTES = 84_942_979_072 * 0.75  # device_memory_size x JAX's default fraction
 V5E_LIMIT_BYTES = 16 * 2 ** 30
+# Without a device, XLA's GPU autotuner still compiles every candidate configuration of each
+# matrix-product fusion, then has nothing to time them on and keeps the default: over half
+# the compile of a small train step (43 s against 25 s for 1 layer of width 64 on 2 H100s,
+# 2-core CPU, 2026-12-03), for the same program (memory and both FLOP counts equal). Every
+# compile here skips it but base bfloat16 on one H100, which takes the default path whole.
+NO_AUTOTUNE = {"xla_gpu_autotune_level": 0}
+# Products by cuBLAS instead of Triton as well: 14 s for that step. XLA's own FLOP count then
+# misses the products (cuBLAS calls are opaque to it) and cuBLAS's workspace is a fixed
+# cost in the memory, so only where neither is read (beam search).
+NO_AUTOTUNE_CUBLAS = {**NO_AUTOTUNE, "xla_gpu_enable_triton_gemm": False}
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +84,12 @@ def tpu():
     require("libtpu", "the aot extra: pip install -e '.[aot]'")
 
 
-def paper_config(variant, dtype, kind, model_parallel, layers=None):
+def paper_config(variant, dtype, kind, model_parallel, layers=None, tokens=None):
     config = config_lib.build(variant)
     if layers is not None:
         config.model.num_layers = layers
+    if tokens is not None:
+        config.data.tokens_per_batch = tokens
     config.model.dtype = dtype
     config.train.parallel = kind
     config.train.model_parallel = model_parallel
@@ -84,12 +97,15 @@ def paper_config(variant, dtype, kind, model_parallel, layers=None):
 
 
 @functools.cache
-def compiled_step(variant, dtype, kind, model_parallel, devices, layers=None):
+def compiled_step(variant, dtype, kind, model_parallel, devices, layers=None, autotune=False,
+                  tokens=None):
     """One compile per case for the whole module (several tests read it)."""
-    config = paper_config(variant, dtype, kind, model_parallel, layers)
+    config = paper_config(variant, dtype, kind, model_parallel, layers, tokens)
+    target = accelerators.parse(devices)
+    options = None if autotune or target.accelerator.platform != "cuda" else NO_AUTOTUNE
     with jax_config.enable_compilation_cache(False):
-        return config, compiled.train_step(config, accelerators.devices_of(
-            accelerators.parse(devices)))
+        return config, compiled.train_step(config, accelerators.devices_of(target),
+                                           options=options)
 
 
 def matmul_params(config):
@@ -124,7 +140,8 @@ def state_bytes(config, model_parallel):
 
 
 GPU = [
-    pytest.param(("base", "bfloat16", "sharded", 1, "h100:1"), id="base-bf16-sharded-1",
+    pytest.param(("base", "bfloat16", "sharded", 1, "h100:1", None, True),
+                 id="base-bf16-sharded-1",
                  marks=pytest.mark.slow),
     # pmap's replica a device and its all-reduce, on base's widths with 2 layers a side (the
     # whole base is the case above; this one took 104 s more, 2026-12-03).
@@ -135,13 +152,15 @@ GPU = [
     pytest.param(("big", "float32", "sharded", 2, "h100:2x4", 2), id="big-f32-mp2-2x4",
                  marks=pytest.mark.slow),
 ]
-# The TPU case: base's widths with 2 layers a side too. What it checks (libtpu compiles
-# the sharded step for a v5e-8 slice; memory, state and the all-reduce as on the H100s) does
-# not depend on the depth, and the whole base took 267 s of a 2-core CPU to compile for TPU
-# (2026-12-03), the longest test of the suite. docs/scale.md has base's own TPU compile.
+# The TPU case: base's widths with 2 layers a side too, and 4 rows of 256 a chip (8,192
+# tokens, not the paper's 25,000). What it checks (libtpu compiles the sharded step for a
+# v5e-8 slice; memory, state and the all-reduce as on the H100s) depends on neither, and
+# libtpu's compile time grows with both: the whole base took 267 s of a 2-core CPU, 2
+# layers at the paper's batch 227 s, the longest test of the suite; 2 layers at 8,192 tokens
+# took 0.45 of that (2026-12-03). docs/scale.md has base's own TPU compile.
 TPU = [
-    pytest.param(("base", "bfloat16", "sharded", 1, "v5e:8", 2), id="v5e-8",
-                 marks=pytest.mark.slow),
+    pytest.param(("base", "bfloat16", "sharded", 1, "v5e:8", 2, False, 8 * 4 * 256),
+                 id="v5e-8", marks=pytest.mark.slow),
 ]
 
 
@@ -150,8 +169,10 @@ def check_step(case, limit, flops=True):
     config, step = compiled_step(*case)
     n = step.num_devices
     assert n == accelerators.parse(devices).count
-    # The batch is the paper's: ~25,000 target-token slots, whole rows on every device.
-    assert step.rows % n == 0 and abs(step.tokens - 25_000) <= 256 * n
+    # The batch is the paper's (~25,000 target-token slots) or the case's, whole rows on
+    # every device.
+    tokens = case[7] if len(case) > 7 else 25_000
+    assert step.rows % n == 0 and abs(step.tokens - tokens) <= 256 * n
     # Memory: within the allocator's limit with the headroom left; the state's share as
     # counted here (pmap keeps a whole replica a device).
     memory = step.memory
@@ -226,7 +247,7 @@ def test_cached_decoder_step_compiles_for_h100(cuda):
     tokens = on_device(jax.ShapeDtypeStruct((SENTENCES * beams,), jnp.int32), device)
     step = jax.jit(lambda p, c, e, s, t: decode.decode_step(p, mc, c, e, s, t))
     with jax_config.enable_compilation_cache(False):
-        executable = step.lower(params, cache, encoded, segments, tokens).compile()
+        executable = step.lower(params, cache, encoded, segments, tokens).compile(NO_AUTOTUNE)
     modules = compiled.hlo_modules(executable)
     rows, d, n = SENTENCES * beams, mc.d_model, mc.num_layers
     # A decoder layer's products for one token: self-attention's q, k, v and output (4 d^2),
@@ -261,7 +282,8 @@ def test_beam_search_compiles_for_h100(cuda):
     key = on_device(jax.ShapeDtypeStruct((), jax.random.key(0).dtype), device)
     with jax_config.enable_compilation_cache(False):
         executable = decode.generate.lower(params, inputs, max_lengths, key, config=mc,
-                                           decoding=decoding, max_len=OUTPUT_LEN).compile()
+                                           decoding=decoding,
+                                           max_len=OUTPUT_LEN).compile(NO_AUTOTUNE_CUBLAS)
     memory = executable.memory_analysis()
     need = (memory.argument_size_in_bytes + memory.output_size_in_bytes
             - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
@@ -365,13 +387,14 @@ def test_the_largest_batch_that_fits_is_found_by_compiling(cuda):
     config.model.update(num_layers=1, d_model=64, d_ff=128, num_heads=2)
     config.data.update(vocab_size=512, max_len=64, tokens_per_batch=64 * 64 * 2)
     devices = accelerators.devices_of(accelerators.parse("h100:2"))
+    compile_step = functools.partial(compiled.train_step, options=NO_AUTOTUNE)
     with jax_config.enable_compilation_cache(False):
-        full = compiled.train_step(config, devices)
+        full = compile_step(config, devices)
         assert full.rows == 128
         fixed = full.memory.peak_bytes - full.memory.temporaries
         budget = fixed + (full.memory.peak_bytes - fixed) // 3
         best, compiles = planner.largest_fitting(config, devices, full, budget,
-                                                 max_compiles=2)
+                                                 max_compiles=2, compile_step=compile_step)
         assert 1 <= compiles <= 2
         assert best is not None and best.rows % 2 == 0
         assert best.memory.peak_bytes <= budget
