@@ -1,5 +1,5 @@
 # Two commands do everything: `make demo` and `make test`. Both build .venv first if needed.
-# CI (.ci/run) also runs `make test-slow` and `make faults`.
+# CI (.ci/run) also runs `make test-slow` (the slow tests and the fault suite).
 #
 # PYTHON may be overridden (make test PYTHON=/path/to/python3.12). Otherwise the first of
 # python3.12 on PATH, or a pyenv-managed 3.12, that actually runs is used.
@@ -33,18 +33,20 @@ demo: venv
 test: venv layers
 	$(PY) -m pytest -q -m "not slow" -n auto --maxprocesses=4 --durations=15
 
-# The slow tests alone (each over ~30 s on 2 cores): the 2-process runs, SLURM's requeue and
-# srun, PostgreSQL studies and two controllers, whole sweeps, the runs in a bucket, training
-# on text and mocked WMT14, the base rehearsal, the programs compiled for H100s and TPUs
-# (docs/testing.md lists them). CI runs it after `make test`.
+# The slow tests (each over ~8 s on 2 cores): the 2-process runs, SLURM's requeue and srun,
+# PostgreSQL studies and two controllers, whole sweeps, the runs in a bucket, training on
+# text and mocked WMT14, the base rehearsal, the programs compiled for H100s and TPUs
+# (docs/testing.md lists them), and the fault-injection suite among them (alone it leaves a
+# core idle for minutes). CI runs it after `make test`.
 test-slow: venv
-	$(PY) -m pytest -q -m slow -n auto --maxprocesses=4 --dist worksteal --durations=40
+	$(PY) -m pytest -q -m "slow or faults" -n auto --maxprocesses=4 --dist worksteal --durations=40
 
 # Both: every test but the fault suite.
 test-all: venv layers
 	$(PY) -m pytest -q -n auto --maxprocesses=4
 
-# The fault-injection suite (kill -9 at random moments, then resume); CI runs it last.
+# The fault-injection suite alone (kill -9 at random moments, then resume); `make test-slow`
+# runs it too.
 faults: venv
 	$(PY) -m pytest -q -m faults
 
