@@ -178,7 +178,8 @@ def pytest_sessionstart(session):
 
 def pytest_collection_modifyitems(config, items):
     """The fault-injection suite (marker ``faults``, minutes long) runs only when selected
-    with ``-m faults`` (``make faults``, ``make test-slow``), never by ``pytest`` or ``make test``."""
+    with ``-m faults`` (``make faults``, ``make test-slow``), never by ``pytest`` or
+    ``make test``."""
     if "faults" in (config.getoption("markexpr") or ""):
         return
     deselected = [item for item in items if "faults" in item.keywords]
