@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from transformer_jax.io import provenance
+from transformer_jax.io import provenance, workdirs
 
 from ..helpers import ROOT
 
@@ -49,6 +49,9 @@ def test_hparams_and_test_translations_are_written(workdir):
                    b"hparams/test_bleu"):
         assert needle in data, needle
     final = json.loads((workdir / "final_metrics.json").read_text())
+    # Readers keep every figure training wrote (none of another type than they take).
+    assert workdirs.read_final(workdir) == final
+    assert type(final["tokens"]) is int and final["step"] > 0
     hyps = (workdir / final["test_hypotheses"]).read_text().splitlines()
     refs = (workdir / final["test_references"]).read_text().splitlines()
     assert len(hyps) == len(refs) == final["bleu_sentences"] > 0

@@ -256,3 +256,18 @@ def test_training_names_a_damaged_config_or_vocabulary(tmp_path, builtin_data_di
                                         "vocabulary, not a SentencePiece model$"):
         train.train_and_evaluate(config, tmp_path)
     assert not (tmp_path / "hold.json").exists()
+
+
+def test_final_metrics_of_an_older_run_keep_its_token_count(tmp_path, caplog):
+    """Runs before 2026-12-03 wrote the validation's target tokens as a float (15994.0): read
+    as the count it is. A fraction there is not a count and is left out, named."""
+    final = {"step": 300, "perplexity": 1.7, "tokens": 15994.0}
+    (tmp_path / "final_metrics.json").write_text(json.dumps(final))
+    with caplog.at_level(logging.WARNING):
+        read = workdirs.read_final(tmp_path)
+    assert read == {"step": 300, "perplexity": 1.7, "tokens": 15994}
+    assert type(read["tokens"]) is int and not caplog.records
+    (tmp_path / "final_metrics.json").write_text(json.dumps({**final, "tokens": 15994.5}))
+    with caplog.at_level(logging.WARNING):
+        assert workdirs.read_final(tmp_path) == {"step": 300, "perplexity": 1.7}
+    assert "left out tokens=" in caplog.text

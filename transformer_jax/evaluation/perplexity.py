@@ -42,7 +42,7 @@ def loss_over_batches(batch_sums: Callable[[Any], dict[str, Any]],
     n = max(totals["tokens"], 1.0)
     return {metric_keys.LOSS: totals["loss_sum"] / n, metric_keys.NLL: totals["nll_sum"] / n,
             metric_keys.PERPLEXITY: perplexity(totals["nll_sum"], n),
-            metric_keys.TOKENS: totals["tokens"]}
+            metric_keys.TOKENS: int(totals["tokens"])}  # a count: readers take only integers
 
 
 @functools.partial(jax.jit, static_argnames="config")

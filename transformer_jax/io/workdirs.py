@@ -76,6 +76,9 @@ def read_final(workdir: storage.PathLike) -> dict[str, Any]:
     path = storage.path(workdir) / layout.FINAL_METRICS
     final = read_object(path) or {}
     k = metric_keys
+    tokens = final.get(k.TOKENS)
+    if isinstance(tokens, float) and tokens.is_integer() and tokens >= 0:
+        final[k.TOKENS] = int(tokens)  # as runs wrote it before 2026-12-03: 15994.0
     counts = (k.STEP, k.TOKENS, k.BLEU_SENTENCES)
     strings = (k.BLEU_SIGNATURE, k.BLEU_TOKENIZED_SIGNATURE)
     files = (k.TEST_HYPOTHESES, k.TEST_REFERENCES)
