@@ -117,8 +117,8 @@ class RangeReads:
     Random access (TFDS's data source) reads each record on its own, which in a bucket is one
     request a record (docs/data.md has the two measured against each other). One reader is
     open at a time, so memory stays at one read-ahead buffer however many shards the split
-    has. ``shards`` are TFDS's file
-    instructions: (filename, first record, records) a shard."""
+    has. ``shards`` are TFDS's file instructions: (filename, first record, records) a
+    shard."""
 
     def __init__(self, shards: Sequence[tuple[str, int, int]]):
         self.shards = list(shards)

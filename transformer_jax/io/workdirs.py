@@ -72,13 +72,14 @@ def read_final(workdir: storage.PathLike) -> dict[str, Any]:
     integers >= 0, figures numbers, signatures strings, the translations' files paths
     inside the workdir, STOPPED an object with its reason, step and message). A value of
     another type (a hand-edited or damaged file) is left out with a warning naming the file
-    and the key, so that no reader acts on it."""
+    and the key, so that no reader acts on it. The one exception: the token count as a whole
+    float, which is how runs before 2026-12-03 wrote it, is read as that integer."""
     path = storage.path(workdir) / layout.FINAL_METRICS
     final = read_object(path) or {}
     k = metric_keys
     tokens = final.get(k.TOKENS)
     if isinstance(tokens, float) and tokens.is_integer() and tokens >= 0:
-        final[k.TOKENS] = int(tokens)  # as runs wrote it before 2026-12-03: 15994.0
+        final[k.TOKENS] = int(tokens)
     counts = (k.STEP, k.TOKENS, k.BLEU_SENTENCES)
     strings = (k.BLEU_SIGNATURE, k.BLEU_TOKENIZED_SIGNATURE)
     files = (k.TEST_HYPOTHESES, k.TEST_REFERENCES)
