@@ -19,9 +19,9 @@ from transformer_jax.io import layout, metric_keys, storage
 
 def _import_tensorboardx() -> tuple[Any, Any]:
     """tensorboardX's SummaryWriter and record_writer, imported without PyTorch: its writer
-    module imports torch whenever it is installed (the hf extra's), only to accept torch
-    tensors, which nothing here passes; that import was 3 of the 7 CPU-seconds every training
-    process spent importing (2026-12-03). An import of torch after this one works as ever."""
+    module imports torch whenever it is installed (for Optuna's GP sampler, say), only to accept
+    torch tensors, which nothing here passes; that import was 3 of the 7 CPU-seconds every
+    training process spent importing (2026-12-03). An import of torch after it works as ever."""
     hidden = "torch" not in sys.modules
     if hidden:
         sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` fails
