@@ -176,13 +176,23 @@ def pytest_sessionstart(session):
         shutil.rmtree(COMPILATION_CACHE, ignore_errors=True)
 
 
+# The modules whose tests take minutes (the compiles for H100s and TPUs, the 2-process runs,
+# the runs in a bucket, the fuzz suite's long profile, the searches), run first and in this
+# order, so that none of them starts last with the other workers idle: `make test-slow` prints
+# its slowest tests, docs/testing.md keeps the list.
+LONG_FIRST = ("tests/training/test_compiled.py", "tests/integration/test_multihost.py",
+              "tests/io/test_storage.py", "tests/fuzz/test_many_examples.py",
+              "tests/sweeps/test_search.py", "tests/training/test_parallel.py")
+
+
 def pytest_collection_modifyitems(config, items):
     """The fault-injection suite (marker ``faults``, minutes long) runs only when selected
     with ``-m faults`` (``make faults``, ``make test-slow``), never by ``pytest`` or
-    ``make test``."""
-    if "faults" in (config.getoption("markexpr") or ""):
-        return
-    deselected = [item for item in items if "faults" in item.keywords]
-    if deselected:
-        config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if "faults" not in item.keywords]
+    ``make test``; the modules of LONG_FIRST go first."""
+    if "faults" not in (config.getoption("markexpr") or ""):
+        deselected = [item for item in items if "faults" in item.keywords]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [item for item in items if "faults" not in item.keywords]
+    rank = {module: n for n, module in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(LONG_FIRST)))
