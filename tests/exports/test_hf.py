@@ -16,9 +16,8 @@ import numpy as np
 import pytest
 
 from .. import needs
-from ..needs import require
 
-require("safetensors", "the test extra: pip install -e '.[test]'")
+needs.require("safetensors", "the test extra: pip install -e '.[test]'")
 
 from transformer_jax.data.batching import pad_batch  # noqa: E402
 from transformer_jax.data.tokenizer import EOS_ID  # noqa: E402

@@ -7,17 +7,49 @@ code, and the CPU-minutes of each phase.
 For each search root: its confirmed best setting (the study's ranking: mean over all seeds),
 that setting's validation perplexity and test BLEU (mean ± std over its seeds), the paired
 bootstrap of its pooled test translations against the grid best's (seed s against seed s),
-whether its perplexity lies within the grid best's mean ± 2 std, and the CPU-minutes (each
-run's own user + system time) spent exploring (the first seed's runs) and confirming (the
-others'). Then one JSON line.
+whether its perplexity lies within the grid best's mean ± 2 std, and the training steps and
+CPU-minutes (each run's own user + system time) spent exploring (the first seed's runs) and
+confirming (the others'), as a share of the grid's own (lr_warmup_demo's results.csv): steps
+are the budget that does not change with the machine's load. Then one JSON line.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
+from pathlib import Path
 
 from transformer_jax.sweeps import report, search_status, study as study_lib
+
+GRID_RUNS = Path(__file__).parents[1] / "lr_warmup_demo" / "results.csv"
+
+
+def grid_cost() -> dict:
+    """The 18-run grid's training steps and CPU-minutes, from its report's rows."""
+    with GRID_RUNS.open() as f:
+        rows = list(csv.DictReader(f))
+    return {"runs": len(rows), "steps": sum(int(r["steps"]) for r in rows),
+            "cpu_min": sum(float(r["cpu_s"]) for r in rows) / 60}
+
+
+def spent(rows: list[dict]) -> dict:
+    """Training steps and CPU-minutes spent exploring (the first seed's runs) and confirming."""
+    out = {"explore": {"steps": 0, "cpu_min": 0.0}, "confirm": {"steps": 0, "cpu_min": 0.0}}
+    for r in rows:
+        phase = out["explore" if r["seed"] in (0, None) else "confirm"]
+        phase["steps"] += r["steps"] or 0
+        phase["cpu_min"] += (r["cpu_s"] or 0.0) / 60
+    return out
+
+
+def cost_line(cost: dict, grid: dict) -> str:
+    steps = cost["explore"]["steps"] + cost["confirm"]["steps"]
+    cpu = cost["explore"]["cpu_min"] + cost["confirm"]["cpu_min"]
+    return (f"steps explore {cost['explore']['steps']:,} + confirm {cost['confirm']['steps']:,}"
+            f" = {steps:,} ({steps / grid['steps']:.0%} of the grid's {grid['steps']:,}); "
+            f"CPU-min {cost['explore']['cpu_min']:.1f} + {cost['confirm']['cpu_min']:.1f} = "
+            f"{cpu:.1f} ({cpu / grid['cpu_min']:.0%} of the grid's {grid['cpu_min']:.0f})")
 
 
 def grid_best(root: str) -> dict:
@@ -51,16 +83,18 @@ def main(grid_root: str, *search_roots: str) -> dict:
           f"{grid['test_bleu'][0]:.1f} ± {grid['test_bleu'][1]:.1f} (n={grid['n']})")
     out = {"grid": {"setting": grid["setting"], "ppl": grid["dev_ppl"][:2],
                     "test_bleu": grid["test_bleu"][:2]}, "searches": {}}
+    cost = grid_cost()
+    out["grid"]["cost"] = {"runs": cost["runs"], "steps": cost["steps"],
+                           "cpu_min": round(cost["cpu_min"], 1)}
     for root in search_roots:
         entry, record, rows = confirmed_best(root)
-        cpu = {"explore": 0.0, "confirm": 0.0}
-        for r in rows:
-            cpu["explore" if r["seed"] in (0, None) else "confirm"] += (r["cpu_s"] or 0.0) / 60
+        phases = spent(rows)
+        used = {"steps": {k: v["steps"] for k, v in phases.items()},
+                "cpu_min": {k: round(v["cpu_min"], 1) for k, v in phases.items()}}
         if entry is None:
-            print(f"{root}: no trial completed, nothing confirmed (not met); CPU-min explore "
-                  f"{cpu['explore']:.1f}")
-            out["searches"][root] = {"setting": None, "met": False,
-                                     "cpu_min": {k: round(v, 1) for k, v in cpu.items()}}
+            print(f"{root}: no trial completed, nothing confirmed (not met); "
+                  f"{cost_line(phases, cost)}")
+            out["searches"][root] = {"setting": None, "met": False, **used}
             continue
         test = report.significance([grid, entry], grid)[entry["setting"]]
         within = abs(entry["dev_ppl"][0] - ppl) <= 2 * std
@@ -71,12 +105,11 @@ def main(grid_root: str, *search_roots: str) -> dict:
               f"{entry['test_bleu'][0]:.1f} ± {entry['test_bleu'][1] or 0:.1f}; against the "
               f"grid's best: Δ {test['delta']:+.2f}, p = {test['p']:.3f}, higher on "
               f"{test['seed_wins']}/{test['seeds']} seeds ({'met' if met and within else 'not met'}"
-              f"); CPU-min explore {cpu['explore']:.1f} + confirm {cpu['confirm']:.1f} = "
-              f"{sum(cpu.values()):.1f}; sampler: {record.get('sampler_chosen')}")
+              f"); {cost_line(phases, cost)}; sampler: {record.get('sampler_chosen')}")
         out["searches"][root] = {"setting": entry["setting"], "ppl": entry["dev_ppl"][:2],
                                  "test_bleu": entry["test_bleu"][:2], "test": test,
                                  "ppl_within_2std": within, "met": bool(met and within),
-                                 "cpu_min": {k: round(v, 1) for k, v in cpu.items()}}
+                                 **used}
     print(json.dumps(out))
     return out
 
