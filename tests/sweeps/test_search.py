@@ -425,11 +425,14 @@ def check_taken_once(got, study):
     assert sorted(got, key=lambda g: g[0] is None) == [[1], [None]], got
     trials = study.get_trials()
     assert [t.state.name for t in trials[:2]] == ["FAIL", "RUNNING"], trials
-    # The other may have enqueued a second copy as it saw the trial gone too: told FAIL as
-    # a duplicate, unrun. Never a new trial (which was the race before: the original told
-    # FAIL before its copy existed, the other controller counted no trial and asked one).
-    assert all(t.state.name == "FAIL" and t.user_attrs["dropped"] == "duplicate"
-               and t.user_attrs["retry_of"] == 0 for t in trials[2:]), trials
+    # The other may have enqueued a second copy as it saw the trial gone too (told FAIL as a
+    # duplicate, unrun), or seen the copy waiting and lost it to the first: Optuna's ask then
+    # makes a new trial, told FAIL as surplus, unrun. Never a new trial that runs (which was
+    # the race before: the original told FAIL before its copy existed, the other controller
+    # counted no trial and asked one).
+    assert all(t.state.name == "FAIL" and (
+        (t.user_attrs.get("dropped"), t.user_attrs.get("retry_of")) in (
+            ("duplicate", 0), ("surplus", None))) for t in trials[2:]), trials
     assert trials[1].params == trials[0].params
     assert {k: trials[1].user_attrs[k] for k in ("retry_of", "phase", "named", "points")} == {
         "retry_of": 0, "phase": "explore", "named": 0, "points": ["trial=0,lr_scale=1,seed=0"]}
@@ -487,6 +490,27 @@ def test_two_retirements_at_once_run_the_lower_copy_alone(tmp_path):
     original = a.study.get_trials()[0]
     assert [study_lib.retire(c.study, original) for c in (a, b)] == [True, False]
     assert sorted([b.next(), a.next()], key=lambda n: n is None) == [1, None]
+    check_taken_once([[1], [None]], a.study)
+
+
+def test_a_copy_popped_by_the_other_between_seeing_it_and_asking_leaves_a_surplus_unrun(
+        tmp_path):
+    # b retires trial 0 and sees its copy waiting; a pops the copy before b's ask does, so
+    # b's ask makes a new exploring trial past --trials=1: dropped, and b has no work. (CI
+    # met this order with two controller processes on PostgreSQL.)
+    a, b = opened_pair(tmp_path)
+    ask, took = b.study.ask, []
+
+    def a_first(*args, **kwargs):
+        if not took:
+            took.append(a.next())
+        return ask(*args, **kwargs)
+
+    b.study.ask = a_first
+    assert b.next() is None and took == [1]
+    trials = a.study.get_trials()
+    assert [(t.number, t.state.name, t.user_attrs.get("dropped")) for t in trials] == [
+        (0, "FAIL", None), (1, "RUNNING", None), (2, "FAIL", "surplus")]
     check_taken_once([[1], [None]], a.study)
 
 

@@ -266,7 +266,9 @@ class Controller:
                     before = [t for t in study_lib.live(self.study.get_trials(deepcopy=False))
                               if t.number <= number and study_lib.phase(t) == study_lib.EXPLORE]
                     if len(before) > self.search.trials:
-                        self._drop(number, "surplus")  # asked past --trials at once
+                        # Asked past --trials at once, or a waiting trial seen here was
+                        # popped by another controller first (Optuna's ask made a new one).
+                        self._drop(number, "surplus")
                         continue
                     return number
                 self._set(number, study_lib.CLAIM, self.claim)
