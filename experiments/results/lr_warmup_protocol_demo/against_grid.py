@@ -10,7 +10,9 @@ bootstrap of its pooled test translations against the grid best's (seed s agains
 whether its perplexity lies within the grid best's mean ± 2 std, and the training steps and
 CPU-minutes (each run's own user + system time) spent exploring (the first seed's runs) and
 confirming (the others'), as a share of the grid's own (lr_warmup_demo's results.csv): steps
-are the budget that does not change with the machine's load. Then one JSON line.
+are the budget that does not change with the machine's load. The grid's CPU-minutes were
+measured on another day; its 18 runs at the pace of the grid best's runs trained again here
+are the CPU budget of the same day. Then one JSON line.
 """
 
 from __future__ import annotations
@@ -46,10 +48,18 @@ def spent(rows: list[dict]) -> dict:
 def cost_line(cost: dict, grid: dict) -> str:
     steps = cost["explore"]["steps"] + cost["confirm"]["steps"]
     cpu = cost["explore"]["cpu_min"] + cost["confirm"]["cpu_min"]
+    here = grid.get("cpu_min_here")
     return (f"steps explore {cost['explore']['steps']:,} + confirm {cost['confirm']['steps']:,}"
             f" = {steps:,} ({steps / grid['steps']:.0%} of the grid's {grid['steps']:,}); "
             f"CPU-min {cost['explore']['cpu_min']:.1f} + {cost['confirm']['cpu_min']:.1f} = "
-            f"{cpu:.1f} ({cpu / grid['cpu_min']:.0%} of the grid's {grid['cpu_min']:.0f})")
+            f"{cpu:.1f} ({cpu / grid['cpu_min']:.0%} of the grid's {grid['cpu_min']:.0f}"
+            + (f"; {cpu / here:.0%} of its {here:.0f} at this run's pace)" if here else ")"))
+
+
+def pace(rows: list[dict], runs: int) -> float | None:
+    """CPU-minutes of ``runs`` full runs at the mean of the full runs among ``rows``."""
+    full = [r["cpu_s"] for r in rows if r["cpu_s"] and r["steps"] == r["num_steps"]]
+    return runs * sum(full) / len(full) / 60 if full else None
 
 
 def grid_best(root: str) -> dict:
@@ -84,8 +94,15 @@ def main(grid_root: str, *search_roots: str) -> dict:
     out = {"grid": {"setting": grid["setting"], "ppl": grid["dev_ppl"][:2],
                     "test_bleu": grid["test_bleu"][:2]}, "searches": {}}
     cost = grid_cost()
+    cost["cpu_min_here"] = pace(report.collect(grid_root)[1], cost["runs"])
     out["grid"]["cost"] = {"runs": cost["runs"], "steps": cost["steps"],
-                           "cpu_min": round(cost["cpu_min"], 1)}
+                           "cpu_min": round(cost["cpu_min"], 1),
+                           "cpu_min_here": cost["cpu_min_here"] and round(
+                               cost["cpu_min_here"], 1)}
+    if cost["cpu_min_here"]:
+        print(f"the grid: {cost['runs']} runs, {cost['steps']:,} steps, "
+              f"{cost['cpu_min']:.0f} CPU-min when it ran; {cost['cpu_min_here']:.0f} at the "
+              "pace of the grid best's runs here")
     for root in search_roots:
         entry, record, rows = confirmed_best(root)
         phases = spent(rows)
