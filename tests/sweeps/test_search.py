@@ -5,6 +5,7 @@ best on the others; stopped runs told PRUNED; a bucket root without --storage; t
 the report and optuna-dashboard of a study."""
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -690,7 +691,8 @@ def pruned_at(c, root, number, values):
     return point
 
 
-def test_pruned_trials_fill_the_places_of_confirmation_that_completed_ones_leave(tmp_path):
+def test_pruned_trials_fill_the_places_of_confirmation_that_completed_ones_leave(
+        tmp_path, caplog):
     how = Search("qmc", 4, confirm=3)
     sweep, root, c = opened_controller(tmp_path, 3, how)
     assert [c.next() for _ in range(4)] == [0, 1, 2, 3]
@@ -710,8 +712,13 @@ def test_pruned_trials_fill_the_places_of_confirmation_that_completed_ones_leave
     assert [t.number for t in controller_lib.best_explored(trials, "minimize", 3)] == [0, 2, 1]
     # Confirmation: trial 0 on seeds 1 and 2; the promoted trials 2 and 1 on all three, their
     # first seed's run resumed (seed index 0) rather than trained again.
-    got = [c.next() for _ in range(9)]
+    with caplog.at_level(logging.INFO):
+        got = [c.next() for _ in range(9)]
     assert got[-1] is None and c.next() is None
+    assert caplog.messages.count(
+        "table3_base: exploration ended; confirming trial(s) 0, 2, 1 on seed=1, seed=2; "
+        "pruned trial(s) 2, 1 promoted (fewer than 3 completed), their seed=0 run resumed "
+        "to the end") == 1, caplog.messages
     trials = c.study.get_trials()
     assert sorted((trials[n].user_attrs["named"], trials[n].user_attrs["seed_index"])
                   for n in got[:-1]) == [(0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1),

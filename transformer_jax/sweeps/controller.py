@@ -66,14 +66,20 @@ def trial_points(sweep: Sweep, number: int, values: dict[str, Any]) -> list[Poin
     fields = [d.field for d in sweep.space]
     setting = ",".join([f"trial={number}", hyper.name(
         {f: rounded(v) for f, v in values.items()}, fields)]).rstrip(",")
-    seeds = [f for f in hyper.varying(sweep.grid) if f in hyper.SEED_LIKE]
     axis = sweep.axis()
     out = []
-    for p in sweep.points():
-        label = ",".join(x for x in (setting, hyper.name(p.fields, seeds)) if x)
+    for p, seed in zip(sweep.points(), seed_names(sweep), strict=True):
+        label = ",".join(x for x in (setting, seed) if x)
         out.append(Point(label, {**p.fields, **values}, p.variant, setting,
                          values.get(axis, p.value)))
     return out
+
+
+def seed_names(sweep: Sweep) -> list[str]:
+    """How each point of the sweep's grid (its seeds) is named in a trial's workdirs:
+    ``seed=S``, or empty for a sweep of one point."""
+    seeds = [f for f in hyper.varying(sweep.grid) if f in hyper.SEED_LIKE]
+    return [hyper.name(p.fields, seeds) for p in sweep.points()]
 
 
 def confirming(sweep: Sweep, search: Search) -> bool:
@@ -224,11 +230,13 @@ class Controller:
         if added:
             chosen = list({t.number: t for t, _ in runs}.values())
             lifted = [t.number for t in chosen if promoted(t)]
-            logging.info("%s: exploration ended; confirming the best %d on seeds 2..%d%s",
-                         self.sweep.name, len(chosen), len(self.sweep.points()),
+            seeds = seed_names(self.sweep)
+            logging.info("%s: exploration ended; confirming trial(s) %s on %s%s",
+                         self.sweep.name, ", ".join(str(t.number) for t in chosen),
+                         ", ".join(seeds[1:]),
                          f"; pruned trial(s) {', '.join(map(str, lifted))} promoted (fewer "
-                         f"than {self.search.confirm} completed), their seed 1 resumed to "
-                         "the end" if lifted else "")
+                         f"than {self.search.confirm} completed), their {seeds[0]} run "
+                         "resumed to the end" if lifted else "")
         return added
 
     def more_to_come(self) -> bool:
