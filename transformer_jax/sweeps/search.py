@@ -82,6 +82,9 @@ def run_search(sweep: Sweep, root: str, search: Search, launcher: str = "local",
     # A database is opened before anything is written; the journal file is in the root.
     store = studies.open_storage(controller.url) if search.storage else None
     logging.info("%s: %s", sweep.name, samplers.get(search.sampler).describe(controller.budget))
+    caveat = search.caveat([d.field for d in sweep.space])
+    if caveat:
+        logging.warning("%s: %s", sweep.name, caveat)
     if dry_run and study_lib.load_study(sweep.name, controller.url, store) is None:
         print(f"# a new study {sweep.name} in {controller.url}: up to {search.trials} trials "
               f"of {', '.join(map(str, sweep.space))} "

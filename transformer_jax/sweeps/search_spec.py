@@ -19,6 +19,10 @@ DEFAULT_PRUNE = config_lib.base_config().search.prune
 # settings), while at three seeds a trial the confirmation costs 4 full runs, under half of
 # a budget of half the demo's 18-run grid.
 DEFAULT_CONFIRM = 2
+# Fields whose higher values raise perplexity, loss and NLL while they can raise BLEU (label
+# smoothing "hurts perplexity ... but improves accuracy and BLEU score", the paper's section
+# 5.4): a likelihood objective ranks against them.
+AGAINST_LIKELIHOOD = ("train.label_smoothing",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +56,16 @@ class Search:
             # Optuna's samplers take numpy seeds: 32 bits, not negative.
             raise UserError(f"--search_seed={self.seed} must be an integer in "
                             f"[0, {config_lib.SEED_MAX:,}]")
+
+    def caveat(self, fields: list[str]) -> str | None:
+        """One line when the objective ranks against a searched field (AGAINST_LIKELIHOOD),
+        else None."""
+        caught = [f for f in fields if f in AGAINST_LIKELIHOOD]
+        if not caught or self.objective == metric_keys.BLEU:
+            return None
+        return (f"{', '.join(caught)} is searched on {self.objective}, which smoothing raises "
+                "while it can raise BLEU (the paper's section 5.4); --objective=bleu with "
+                "--config.train.bleu_every ranks the settings on translation")
 
     @property
     def direction(self) -> str:
