@@ -138,6 +138,8 @@ GRIDS = st.lists(st.dictionaries(
 @example("Sweep({name!r}, 'configs/table3.py', {grid!r})", "x", [{"name": "../../etc"}], {},
          "configs/table3.py", "python")  # a point named out of the root
 @example("1 / 0", "x", [], {}, "configs/table3.py", "bytes")
+@example("Sweep({name!r}, 'configs/table3.py', {grid!r})", "\n", [{}, {}], {},
+         "configs/table3.py", "python")  # refused for its points, before its name is checked
 def test_any_experiment_file_gives_points_or_one_line(source, name, grid, overrides, config,
                                                      kind):
     body = source.format(name=name, grid=grid, overrides=overrides, config=config)

@@ -51,12 +51,12 @@ class Sweep:
         """The grid's points, named; UserError when two are the same, a name is no folder
         name, or there are more than MAX_POINTS."""
         if len(self.grid) > MAX_POINTS:
-            raise UserError(f"sweep {self.name}: {len(self.grid):,} points; one sweep runs at "
-                            f"most {MAX_POINTS:,}: split it")
+            raise UserError(f"sweep {shown(self.name)}: {len(self.grid):,} points; one sweep "
+                            f"runs at most {MAX_POINTS:,}: split it")
         try:
             labels = hyper.names(self.grid, default=self.variant)
         except ValueError as e:
-            raise UserError(f"sweep {self.name}: {e}") from e
+            raise UserError(f"sweep {shown(self.name)}: {e}") from e
         fields, parameter = hyper.varying(self.grid), self.axis()
         return [Point(label, dict(g), g.get(hyper.VARIANT, self.variant),
                       hyper.setting(g, fields) or g.get(hyper.VARIANT, self.variant),
