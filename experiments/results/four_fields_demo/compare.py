@@ -19,7 +19,11 @@ import argparse
 import json
 import statistics
 
-from experiments.results.lr_warmup_protocol_demo.against_grid import confirmed_best, spent
+from experiments.results.lr_warmup_protocol_demo.against_grid import (
+    confirmed_best,
+    full_runs,
+    spent,
+)
 from transformer_jax.sweeps import report
 
 GRID_VALUES_A_FIELD = 3
@@ -33,13 +37,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     out: dict = {"searches": {}, "pairs": []}
     best: dict[str, dict | None] = {}
-    full_runs: list[dict] = []
+    full: list[dict] = []
     fields = seeds = 0
     for kind, roots in (("protocol", args.protocol), ("random", args.random)):
         for root in roots:
             entry, record, rows = confirmed_best(root)
             fields, seeds = len(record["space"]), record["seeds"]
-            full_runs += [r for r in rows if r["cpu_s"] and r["steps"] == r["num_steps"]]
+            full += full_runs(rows)
             phases = spent(rows)
             steps = {k: v["steps"] for k, v in phases.items()}
             cpu = {k: round(v["cpu_min"], 1) for k, v in phases.items()}
@@ -68,14 +72,14 @@ def main(argv: list[str] | None = None) -> dict:
               f"{test['p']:.3f}, higher on {test['seed_wins']}/{test['seeds']} seeds")
         out["pairs"].append({"protocol": protocol, "random": random, "test": test})
 
-    if full_runs:
+    if full:
         settings = GRID_VALUES_A_FIELD ** fields
-        run_steps = full_runs[0]["num_steps"]
-        run_cpu = statistics.mean(r["cpu_s"] for r in full_runs) / 60
+        run_steps = full[0]["num_steps"]
+        run_cpu = statistics.mean(r["cpu_s"] for r in full) / 60
         print(f"a grid of {GRID_VALUES_A_FIELD} values a field: {settings} settings x {seeds} "
               f"seeds = {settings * seeds} runs, {settings * seeds * run_steps:,} steps, "
               f"{settings * seeds * run_cpu:,.0f} CPU-min at {run_cpu:.1f} a full run "
-              f"({len(full_runs)} measured)")
+              f"({len(full)} measured)")
         out["grid"] = {"settings": settings, "seeds": seeds,
                        "steps": settings * seeds * run_steps,
                        "cpu_min": round(settings * seeds * run_cpu)}

@@ -56,15 +56,21 @@ def cost_line(cost: dict, grid: dict) -> str:
             + (f"; {cpu / here:.0%} of its {here:.0f} at this run's pace)" if here else ")"))
 
 
+def full_runs(rows: list[dict]) -> list[dict]:
+    """The rows of runs trained to their end, with their CPU time."""
+    return [r for r in rows if r["cpu_s"] and r["steps"] == r["num_steps"]]
+
+
 def pace(rows: list[dict], runs: int) -> float | None:
     """CPU-minutes of ``runs`` full runs at the mean of the full runs among ``rows``."""
-    full = [r["cpu_s"] for r in rows if r["cpu_s"] and r["steps"] == r["num_steps"]]
+    full = [r["cpu_s"] for r in full_runs(rows)]
     return runs * sum(full) / len(full) / 60 if full else None
 
 
-def grid_best(root: str) -> dict:
-    """The root's setting of the lowest mean validation perplexity among fully seeded ones."""
-    sets = [s for s in report.settings(report.collect(root)[1]) if s["dev_ppl"]]
+def grid_best(rows: list[dict]) -> dict:
+    """The setting of the lowest mean validation perplexity among the fully seeded ones of a
+    root's ``rows``."""
+    sets = [s for s in report.settings(rows) if s["dev_ppl"]]
     most = max(s["n"] for s in sets)
     return min((s for s in sets if s["n"] == most), key=lambda s: s["dev_ppl"][0])
 
@@ -87,14 +93,15 @@ def confirmed_best(root: str) -> tuple[dict | None, dict, list[dict]]:
 
 
 def main(grid_root: str, *search_roots: str) -> dict:
-    grid = grid_best(grid_root)
+    grid_rows = report.collect(grid_root)[1]
+    grid = grid_best(grid_rows)
     ppl, std = grid["dev_ppl"][:2]
     print(f"grid best {grid['setting']}: validation PPL {ppl:.3f} ± {std:.3f}, test BLEU "
           f"{grid['test_bleu'][0]:.1f} ± {grid['test_bleu'][1]:.1f} (n={grid['n']})")
     out = {"grid": {"setting": grid["setting"], "ppl": grid["dev_ppl"][:2],
                     "test_bleu": grid["test_bleu"][:2]}, "searches": {}}
     cost = grid_cost()
-    cost["cpu_min_here"] = pace(report.collect(grid_root)[1], cost["runs"])
+    cost["cpu_min_here"] = pace(grid_rows, cost["runs"])
     out["grid"]["cost"] = {"runs": cost["runs"], "steps": cost["steps"],
                            "cpu_min": round(cost["cpu_min"], 1),
                            "cpu_min_here": cost["cpu_min_here"] and round(
