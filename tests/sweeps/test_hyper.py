@@ -60,6 +60,14 @@ def test_names_stay_unique_when_fields_share_a_last_name():
     # A point's own name wins over the one its values would make.
     assert hyper.names([{"name": "mine", "optim.lr_scale": 3}, {"optim.lr_scale": 1}]) == [
         "mine", "lr_scale=1"]
+    # A named setting replicated over seeds: each replica its seed, all one setting.
+    points = hyper.product([[{"name": "mine", "optim.lr_scale": 3}, {"optim.lr_scale": 1}],
+                            hyper.seeds(2)])
+    assert hyper.names(points) == ["mine,seed=0", "mine,seed=1", "lr_scale=1,seed=0",
+                                   "lr_scale=1,seed=1"]
+    fields = hyper.varying(points)
+    assert [hyper.setting(p, fields) for p in points] == ["mine", "mine", "lr_scale=1",
+                                                          "lr_scale=1"]
 
 
 def test_command_line_grid_over_a_config_file():

@@ -6,7 +6,9 @@ A point is a dict of dotted config fields and their values (``{"optim.lr_scale":
 * ``"variant"`` -- a named variant of the sweep's config file (``"A_h4"``, ``"big"``);
 * ``"seed"`` -- one seed for initialisation, dropout and the order of the training data
   (config.SEED_FIELDS);
-* ``"name"`` -- the point's own workdir name, for a point whose values make a poor one.
+* ``"name"`` -- the name of the point's setting, for a setting whose values make a poor one
+  (``"big, P_drop 0.1"``): its workdir is that name, with ``,seed=K`` where the points'
+  seeds differ, and its replicas over seeds are one setting.
 
 An experiment file composes axes in the style of the ``get_hyper`` of Google's JAX research
 configs::
@@ -35,7 +37,7 @@ from transformer_jax.errors import UserError, shown
 Point = dict[str, Any]
 SEED = "seed"
 VARIANT = "variant"
-NAME = "name"  # a point's own name, in place of the one made from its values
+NAME = "name"  # a setting's own name, in place of the one made from its values
 # Fields that pick a replica of a setting rather than the setting itself.
 SEED_LIKE = (SEED, *SEED_FIELDS)
 
@@ -110,13 +112,16 @@ def name(point: Point, fields: Sequence[str]) -> str:
 
 
 def names(points: Sequence[Point], default: str = "run") -> list[str]:
-    """One unique name per point (``default`` for a sweep of one point), in time linear in
+    """One unique name per point (``default`` for a sweep of one point; a point's ``"name"``
+    and its seed where seeds differ, for a point that has one), in time linear in
     the number of points; ValueError naming the repeated name when two points are the same,
     or a name that cannot be a folder of the sweep's root (:func:`unfit_name`)."""
     fields = varying(points)
     if not fields and len(points) > 1:  # all alike: named after all their values
         fields = [f for f in dict.fromkeys(f for p in points for f in p) if f != NAME]
-    out = [p.get(NAME) or name(p, fields) or default for p in points]
+    seeds = [f for f in fields if f in SEED_LIKE]
+    out = [",".join(filter(None, (p[NAME], name(p, seeds)))) if p.get(NAME)
+           else name(p, fields) or default for p in points]
     for n in out:
         why = unfit_name(n)
         if why:
