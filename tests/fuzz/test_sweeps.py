@@ -233,6 +233,7 @@ def test_any_sweep_json_is_reported_or_one_line(swept_root, data):
 @given(st.lists(st.dictionaries(st.sampled_from(["variant", "seed", "name", "a.b", "c"]),
                                 GRID_VALUES, max_size=3), min_size=1, max_size=6))
 @example([{"name": ".."}])
+@example([{"name": 1}])  # CI's Hypothesis found it: a name not text
 @example([{"c": "x/y"}, {"c": "x_y"}])
 @example([{"c": "\n"}, {"c": "b"}])
 def test_points_get_unique_folder_names_or_one_line(grid):

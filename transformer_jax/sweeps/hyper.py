@@ -116,6 +116,10 @@ def names(points: Sequence[Point], default: str = "run") -> list[str]:
     and its seed where seeds differ, for a point that has one), in time linear in
     the number of points; ValueError naming the repeated name when two points are the same,
     or a name that cannot be a folder of the sweep's root (:func:`unfit_name`)."""
+    for p in points:
+        why = unfit_name(p[NAME]) if NAME in p else ""
+        if why:
+            raise ValueError(f"point name {p[NAME]!r} {why}")
     fields = varying(points)
     if not fields and len(points) > 1:  # all alike: named after all their values
         fields = [f for f in dict.fromkeys(f for p in points for f in p) if f != NAME]
