@@ -25,6 +25,8 @@ def main(argv: Sequence[str], out_flag: Any, baseline_flag: Any, by_length_flag:
         paths = report.report(argv[1], out_flag.value, baseline_flag.value,
                               by_length_flag.value)
         print(paths["markdown"].read_text())
+        if "table3" in paths:
+            print(paths["table3"].read_text())
         if "by_length_markdown" in paths:
             print(paths["by_length_markdown"].read_text())
         print("wrote " + ", ".join(str(p) for p in paths.values()))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from transformer_jax.errors import ConfigError
-from transformer_jax.sweeps import hyper, report as compare, report_metrics
+from transformer_jax.sweeps import hyper, report as compare, report_metrics, report_table3
 from transformer_jax.sweeps.experiment import Sweep, load_experiment
 from transformer_jax.sweeps.run import run_sweep
 
@@ -354,3 +354,38 @@ def test_compare_on_a_trained_sweep_shows_chrf_and_reads_only_declared_keys(tiny
         for line in (root / point / "metrics.jsonl").read_text().splitlines():
             record = json.loads(line)
             assert set(record) <= set(metric_keys.RECORD_KEYS[record["split"]]), record
+
+
+def test_table3_beside_the_paper_worked_by_hand(replicated_root, tmp_path):
+    paths = compare.report(replicated_root, tmp_path)
+    lines = [line for line in paths["table3"].read_text().splitlines()
+             if line.startswith("| A |")]
+    h4, h16 = (dict(zip(["row", "variant", "change", "n", "dppl", "pppl", "vppl", "dbleu",
+                         "pbleu", "vbleu"], (c.strip() for c in line.strip("|").split("|")),
+                        strict=True)) for line in lines)
+    assert (h4["variant"], h16["variant"]) == ("A_h4", "A_h16")
+    # The demo scale's base has 8 heads of d_k 16; A_h4 4 of 32.
+    assert h4["change"] == "h 8 -> 4 (d_k 16 -> 32)"
+    # A_h4 against base, seed by seed: PPL 3.0 - 4.0, 3.5 - 5.0, 4.0 - 6.0 = -1, -1.5, -2:
+    # mean -1.5, sd 0.5, t = -1.5 / (0.5 / sqrt 3) = -5.196 on 2 degrees of freedom, whose
+    # CDF is 1/2 + t / (2 sqrt(2 + t^2)): p = 2 (1/2 - 5.196 / (2 sqrt 29)) = 0.035.
+    assert h4["dppl"] == "-1.500 (p = 0.035)" and h4["pppl"] == "+0.08"
+    # The paper's A_h4 is worse than its base (5.00 against 4.92, 25.5 against 25.8); here
+    # A_h4 is significantly better in both.
+    assert h4["vppl"] == "opposite" and h4["pbleu"] == "-0.3" and h4["vbleu"] == "opposite"
+    # A_h16: differences +0.5, 0, -0.5 (mean 0, p = 1): the paper's -0.01 is not confirmed;
+    # its BLEU equals base's, as the paper's 25.8 does.
+    assert h16["dppl"] == "+0.000 (p = 1.000)" and h16["vppl"] == "not significant"
+    assert h16["dbleu"].startswith("+0.0") and h16["pbleu"] == "+0.0"
+    assert h16["vbleu"] == "agrees (none)"
+    text = paths["table3"].read_text()
+    assert "- perplexity: not significant 1, opposite 1" in text
+    assert "- BLEU: agrees (none) 1, opposite 1" in text
+
+
+def test_table3_verdicts():
+    assert report_table3.verdict(-0.2, 0.01, -0.3, 0.01) == "agrees"
+    assert report_table3.verdict(0.2, 0.01, -0.3, 0.01) == "opposite"
+    assert report_table3.verdict(0.2, 0.2, -0.3, 0.01) == "not significant"
+    assert report_table3.verdict(0.2, 0.01, 0.0, 0.1) == "differs"
+    assert report_table3.verdict(0.2, 0.5, 0.0, 0.1) == "agrees (none)"

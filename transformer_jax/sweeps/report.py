@@ -22,6 +22,9 @@ every subdirectory holding a run) and writes to ``--out`` (default: the root):
 * for a search, its best trials in results.md and Optuna's plots of its study
   (:mod:`transformer_jax.sweeps.search_report`): each trial is a setting, its seeds
   summarised and tested as any setting's;
+* ``table3.md`` -- for a sweep of Table 3's variants against the base model, each variant's
+  change in perplexity and BLEU beside the paper's and whether the direction agrees
+  (:mod:`transformer_jax.sweeps.report_table3`);
 * with ``--by_length=16,24,32``, test BLEU in buckets of source length with the same paired
   test within each bucket, and its plot (:mod:`transformer_jax.sweeps.report_lengths`).
 
@@ -43,7 +46,7 @@ from transformer_jax import config as config_lib, paper
 from transformer_jax.errors import UserError
 from transformer_jax.io import layout, metric_keys, provenance, storage
 from transformer_jax.io.workdirs import read_final, read_metrics, read_object
-from transformer_jax.sweeps import records, report_metrics, search_report
+from transformer_jax.sweeps import records, report_metrics, report_table3, search_report
 from transformer_jax.sweeps.plots import plot_against_value, plot_losses
 from transformer_jax.sweeps.status import point_status
 
@@ -495,6 +498,11 @@ def report(root: storage.PathLike, out: storage.PathLike | None = None,
     plot_against_value(definition, sets, paths["against_value"])
     if study is not None:
         paths.update(search_report.write_plots(study, out))
+    if report_table3.applies(sets, base):
+        paths["table3"] = out / "table3.md"
+        cpu = sum(r["cpu_s"] or 0.0 for r in rows) / 60 or None
+        storage.write_atomically(paths["table3"], report_table3.markdown(
+            definition, report_table3.rows(sets, base, tests), base, cpu))
     if by_length:
         from transformer_jax.sweeps import report_lengths
 
