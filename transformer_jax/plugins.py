@@ -1,14 +1,20 @@
-"""Registries of one module an entry (attention kernels, learning-rate schedules, sweep
-launchers): the modules of a registry package, and of the directories an environment variable
-adds to its path, are its entries, found by name."""
+"""Registries of one module an entry: the attention kernels, position schemes, learning-rate
+schedules, pruners, search samplers and sweep launchers are each a package whose modules, and
+those of the directories an environment variable of its own adds to its path, are its entries,
+found by name. :class:`Registry` is what they share; each kind declares what an entry's module
+must define (:class:`Need`) and where its traits are."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import os
 import pkgutil
+import sys
+from collections.abc import Callable, Sequence
 from types import ModuleType
+from typing import Any
 
 from transformer_jax.errors import ConfigError, shown
 
@@ -31,12 +37,104 @@ def module_names(path: tuple[str, ...], variable: str) -> tuple[str, ...]:
                          if not m.ispkg and not m.name.startswith("_")}))
 
 
-def load(package: str, path: tuple[str, ...], variable: str, name: str, label: str
-         ) -> ModuleType:
-    """The entry ``name`` of the registry ``package`` (its module, imported); ConfigError
-    starting with ``label`` (how the user named it, e.g. ``--search=x``) and naming the known
-    entries for an unknown name."""
-    known = module_names(path, variable)
-    if name not in known:
-        raise ConfigError(f"{shown(label)} is not one of {', '.join(known)}")
-    return importlib.import_module(f"{package}.{name}")
+@dataclasses.dataclass(frozen=True)
+class Need:
+    """One thing an entry's module must define: ``name``, a function, or with ``kind`` an
+    instance of that class. ``shown`` is how a refusal names it (by default the name, with
+    the class); with ``trait``, only a module whose traits have it true needs it."""
+
+    name: str
+    kind: type | None = None
+    shown: str = ""
+    trait: str = ""
+
+    def met_by(self, module: ModuleType) -> bool:
+        value = getattr(module, self.name, None)
+        return isinstance(value, self.kind) if self.kind else callable(value)
+
+    def __str__(self) -> str:
+        if self.shown:
+            return self.shown
+        what = (f"{self.name} (a {self.kind.__module__}.{self.kind.__qualname__})" if self.kind
+                else f"a function {self.name}")
+        return f"{what} (for its trait {self.trait})" if self.trait else what
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A registered entry: its name, its module and its traits."""
+
+    name: str
+    module: ModuleType
+    traits: Any = None
+
+    def function(self, attribute: str) -> Callable[..., Any] | None:
+        """The module's function ``attribute``; None if the module has none."""
+        return getattr(self.module, attribute, None)
+
+
+def _listed(items: Sequence[object]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    words = [str(i) for i in items]
+    return ", ".join(words[:-1]) + " and " + words[-1] if len(words) > 1 else "".join(words)
+
+
+class Registry[E]:
+    """The entries of one kind: the modules of the package ``package`` (named by ``__name__``
+    in its ``__init__``) whose names do not start with "_", those of the directories the
+    environment variable ``variable`` names (added to the package's path here), each found by
+    name.
+
+    * ``field``: what the user names an entry with, a config field (``"model.attention"``)
+      or a flag (``"--search"``); an unknown name is refused in one line naming it and the
+      known names, ``model.attention='flash' is not one of dense, ...``.
+    * ``needs``: what an entry's module must define; a module that lacks any of it is
+      refused in one line naming the file and all it must define.
+    * ``traits``: the module attribute holding an entry's traits (a frozen dataclass, or the
+      object whose attributes they are), which :meth:`having` reads.
+    * ``first``: the name listed before the others (the paper's), which follow
+      alphabetically.
+    * ``make``: what :meth:`get` hands out, from the :class:`Entry` (the entry itself by
+      default: a kind may hand out its module, or the object its module defines).
+    """
+
+    def __init__(self, package: str, variable: str, field: str, *, needs: Sequence[Need] = (),
+                 traits: str = "", first: str = "",
+                 make: Callable[[Entry], E] = lambda entry: entry) -> None:
+        self.package, self.variable, self.field = package, variable, field
+        self.needs, self.traits, self.first = tuple(needs), traits, first
+        self.make = make
+        sys.modules[package].__path__ += directories(variable)
+
+    def names(self) -> tuple[str, ...]:
+        """Every entry's name: ``first``, then the others alphabetically."""
+        path = tuple(sys.modules[self.package].__path__)
+        return tuple(sorted(module_names(path, self.variable), key=lambda n: n != self.first))
+
+    def label(self, name: str) -> str:
+        """How the user asked for ``name``: ``--search=x`` or ``model.attention='x'``."""
+        return (f"{self.field}={shown(name)}" if self.field.startswith("--")
+                else f"{self.field}={name!r}")
+
+    def entry(self, name: str) -> Entry:
+        """The entry ``name``, its module imported and checked; ConfigError in one line for
+        an unknown name or a module that does not define what the kind needs."""
+        known = self.names()
+        if name not in known:
+            raise ConfigError(f"{self.label(name)} is not one of {', '.join(known)}")
+        module = importlib.import_module(f"{self.package}.{name}")
+        traits = getattr(module, self.traits, None) if self.traits else None
+        needed = [n for n in self.needs if not n.trait or getattr(traits, n.trait, False)]
+        if not all(need.met_by(module) for need in needed):
+            raise ConfigError(f"{self.label(name)}: {module.__file__} must define "
+                              f"{_listed(needed)}")
+        return Entry(name, module, traits)
+
+    def get(self, name: str) -> E:
+        """What the kind hands out for entry ``name`` (``make``); refusals as :meth:`entry`'s."""
+        return self.make(self.entry(name))
+
+    def having(self, trait: str) -> tuple[str, ...]:
+        """The names of the entries whose trait ``trait`` is true, in the order of
+        :meth:`names`."""
+        return tuple(name for name in self.names() if getattr(self.entry(name).traits, trait))

@@ -80,7 +80,7 @@ if __name__ == "__main__":
     flags.DEFINE_enum("scale", "paper", list(config_lib.SCALES),
                       "demo: every point at the demo scale on the built-in corpus.")
     flags.DEFINE_integer("parallel", 1, "Points run at once by --launcher=" + "|".join(
-        name for name in launchers.names() if launchers.get(name).parallel) + ".")
+        launchers.having("parallel")) + ".")
     flags.DEFINE_bool("dry_run", False, "Show what would be run; change nothing.")
     flags.DEFINE_multi_string("grid", [], "An axis FIELD=V1,V2,... (repeatable; the grid is "
                               "their product), e.g. --grid=optim.lr_scale=0.5,1,2.")
@@ -103,7 +103,7 @@ if __name__ == "__main__":
                          "default the config's train.seed.")
     flags.DEFINE_string("objective", "perplexity", "The validation figure a search optimizes:"
                         " perplexity, loss, nll (minimized) or bleu (maximized).")
-    flags.DEFINE_enum("prune", None, list(pruners.names()), "Stop trials (or grid points) "
+    flags.DEFINE_enum("prune", None, pruners.names(), "Stop trials (or grid points) "
                       "that fall behind, judged at each evaluation: " + "; ".join(
                           pruners.help_lines()) + f". A search's default: "
                       f"{search_spec.DEFAULT_PRUNE}; a grid's: none.")

@@ -384,7 +384,7 @@ def logged_losses(workdir):
 def test_a_kernel_file_trains_from_the_command_line_with_the_dense_kernels_losses(
         tmp_path, builtin_data_dir):
     directory = write_kernels(tmp_path / "kernels")
-    env = {**os.environ, kernels.PATH_VARIABLE: str(directory)}
+    env = {**os.environ, kernels.REGISTRY.variable: str(directory)}
     # Three steps; rows of a fixed length (none measured), the trained parameters evaluated
     # (none averaged), a given CPU peak (none probed).
     config = tiny_config(builtin_data_dir, num_steps=3, log_every=1, eval_every=3,
@@ -406,7 +406,7 @@ def test_a_kernel_file_trains_from_the_command_line_with_the_dense_kernels_losse
 
 def test_a_kernel_files_traits_reach_the_config_on_the_command_line(tmp_path, builtin_data_dir):
     # No segment ids, so no packed rows: refused in one line before anything starts.
-    env = {**os.environ, kernels.PATH_VARIABLE: str(write_kernels(tmp_path / "kernels"))}
+    env = {**os.environ, kernels.REGISTRY.variable: str(write_kernels(tmp_path / "kernels"))}
     config = tiny_config(builtin_data_dir)
     config.model.attention = "toy_padding"
     refused = subprocess.run([sys.executable, "-m", "transformer_jax.params",

@@ -48,7 +48,7 @@ LAUNCHER = ToFile()
 
 def test_unknown_launcher_is_refused_naming_the_known_ones(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    assert launchers.names() == ["local", "print", "slurm", "tpu"]
+    assert launchers.names() == ("local", "print", "slurm", "tpu")
     with pytest.raises(ConfigError, match=r"^--launcher=ssh is not one of local, print, slurm, "
                                           r"tpu$"):
         launchers.get("ssh")
@@ -63,7 +63,7 @@ def test_a_launcher_in_one_new_module_is_used_from_the_command_line(tmp_path):
     experiment = tmp_path / "two.py"
     experiment.write_text(EXPERIMENT)
     commands, root = tmp_path / "commands.sh", tmp_path / "root"
-    env = {**os.environ, launchers.PATH_VARIABLE: str(tmp_path / "more"),
+    env = {**os.environ, launchers.REGISTRY.variable: str(tmp_path / "more"),
            "COMMANDS_FILE": str(commands)}
 
     def sweep(launcher):

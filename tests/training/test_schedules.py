@@ -141,7 +141,7 @@ def test_a_schedule_file_in_a_searched_directory_trains_from_the_command_line(
         tmp_path, builtin_data_dir):
     (tmp_path / "schedules").mkdir()
     (tmp_path / "schedules" / "inverse_step.py").write_text(INVERSE_STEP)
-    env = {**os.environ, schedules.PATH_VARIABLE: str(tmp_path / "schedules")}
+    env = {**os.environ, schedules.REGISTRY.variable: str(tmp_path / "schedules")}
     config = tiny_config(builtin_data_dir, num_steps=4, log_every=1, eval_every=4,
                          checkpoint_every=4, peak_flops=1e9)
     args = [sys.executable, "-m", "transformer_jax.main", *command_line(config),

@@ -244,8 +244,8 @@ class MultiHeadAttention(nn.Module):
         takes this token's key and value and answers its query; no keys are kept."""
         state = self.variable("cache", "kernel_state")
         index = self.variable("cache", "cache_index")
-        out, state.value = kernel.module.step(state.value, q, k, v,
-                                              random_features=self.config.random_features)
+        out, state.value = kernel.function("step")(state.value, q, k, v,
+                                                   random_features=self.config.random_features)
         index.value = index.value + q.shape[2]
         return out
 
@@ -256,7 +256,7 @@ class MultiHeadAttention(nn.Module):
         recurrent kernel's state."""
         index = self.variable("cache", "cache_index", lambda: jnp.zeros((), jnp.int32))
         if kernel.traits.recurrent:
-            self.variable("cache", "kernel_state", kernel.module.init_state, k, v,
+            self.variable("cache", "kernel_state", kernel.function("init_state"), k, v,
                           random_features=self.config.random_features)
             return k, v, 0, segment_ids
         is_initialized = self.has_variable("cache", "cached_key")

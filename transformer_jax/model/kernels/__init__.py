@@ -1,19 +1,18 @@
-"""The attention kernels, one module each, found by name.
+"""The attention kernels, one module each, found by name (``model.attention``; the mechanism
+is :class:`transformer_jax.plugins.Registry`'s).
 
-``model.attention`` names a module of this package: "blockwise" is
-``transformer_jax.model.kernels.blockwise``. The directories listed in the environment
-variable ``TRANSFORMER_JAX_KERNELS`` (separated by ``os.pathsep``) are searched too, so that a
-kernel written elsewhere is one file there. A kernel module defines:
+"blockwise" is ``transformer_jax.model.kernels.blockwise``; a kernel kept elsewhere is one file
+in a directory of ``TRANSFORMER_JAX_KERNELS``. A kernel module defines:
 
 * ``TRAITS``, a :class:`Traits`: what it computes and takes, which the model's one call
   (``attention.attend``), the config's validation, the resume rules and the benchmarks read
   instead of keeping lists of names;
-* ``run(q, k, v, q_segment_ids, kv_segment_ids, *, causal, q_offset, window, block_size,
-  dropout_rate, dropout_rng, dropout_impl, return_weights)``, returning (outputs
-  [b, h, q, d_v], the weights [b, h, q, k] or None): head-major q [b, h, q, d_k],
-  k [b, h_kv, k, d_k], v [b, h_kv, k, d_v], segment ids [b, q] and [b, k] (0: padding). It
-  takes the keywords it uses and ignores the others (``**_``); ``attend`` hands it only what
-  its traits say it can do;
+* ``run(q, k, v, q_segment_ids, kv_segment_ids, *, causal, q_offset, window, global_tokens,
+  block_size, random_features, dropout_rate, dropout_rng, dropout_impl, return_weights)``,
+  returning (outputs [b, h, q, d_v], the weights [b, h, q, k] or None): head-major
+  q [b, h, q, d_k], k [b, h_kv, k, d_k], v [b, h_kv, k, d_v], segment ids [b, q] and [b, k]
+  (0: padding). It takes the keywords it uses and ignores the others (``**_``); ``attend``
+  hands it only what its traits say it can do;
 * optionally ``unavailable()``: why its own implementation cannot run on this machine (the
   stand-in that runs instead, if any, is the module's business), or None;
 * with the ``recurrent`` trait, ``init_state(k, v, **options)`` and
@@ -23,28 +22,19 @@ kernel written elsewhere is one file there. A kernel module defines:
   what an approximate kernel computes, written out the slow way (the accelerator check
   compares the kernel with it on the device at hand).
 
-Modules whose names start with "_" are not kernels. The masks every kernel builds are in
-``model/masks.py``.
+The masks every kernel builds are in ``model/masks.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from collections.abc import Callable
 from typing import Any
 
 from transformer_jax import plugins
-from transformer_jax.errors import ConfigError
 
 # The paper's kernel: the one that hands back weights and applies attention dropout, the
 # reference the others are measured against.
 DENSE = "dense"
-# The config field that names a kernel, and the variable naming more directories of kernels.
-FIELD = "model.attention"
-PATH_VARIABLE = "TRANSFORMER_JAX_KERNELS"
-
-__path__ += plugins.directories(PATH_VARIABLE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,44 +67,22 @@ class Traits:
     recurrent: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
-class Kernel:
-    """A registered kernel: its name, its traits and its functions (module docstring)."""
+class Kernel(plugins.Entry):
+    """A registered kernel: its name, traits and module (the module docstring's functions)."""
 
-    name: str
-    traits: Traits
-    run: Callable[..., tuple[Any, Any]]
-    unavailable: Callable[[], str | None]
-    module: Any = None
+    def run(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """The module's ``run``."""
+        return self.function("run")(*args, **kwargs)
 
-
-def names() -> tuple[str, ...]:
-    """Every kernel's name: the dense kernel first, then the others alphabetically."""
-    found = plugins.module_names(tuple(__path__), PATH_VARIABLE)
-    return (DENSE, *(name for name in found if name != DENSE))
+    def unavailable(self) -> str | None:
+        """Why the module's own implementation cannot run here, or None."""
+        why = getattr(self.module, "unavailable", None)
+        return why() if why else None
 
 
-def get(name: str) -> Kernel:
-    """The kernel ``name``; ConfigError naming the field and the known kernels if unknown."""
-    known = names()
-    if name not in known:
-        raise ConfigError(f"{FIELD}={name!r} is not one of {', '.join(known)}")
-    module = importlib.import_module(f"{__name__}.{name}")
-    traits, run = getattr(module, "TRAITS", None), getattr(module, "run", None)
-    if not isinstance(traits, Traits) or not callable(run):
-        raise ConfigError(f"{FIELD}={name!r}: {module.__file__} must define TRAITS (a "
-                          f"{__name__}.Traits) and a function run")
-    if traits.recurrent and not all(callable(getattr(module, f, None))
-                                    for f in ("init_state", "step")):
-        raise ConfigError(f"{FIELD}={name!r}: {module.__file__} is recurrent and must define "
-                          "init_state and step")
-    return Kernel(name, traits, run, getattr(module, "unavailable", _available), module)
-
-
-def having(trait: str) -> tuple[str, ...]:
-    """The names of the kernels whose trait ``trait`` is true, in the order of :func:`names`."""
-    return tuple(name for name in names() if getattr(get(name).traits, trait))
-
-
-def _available() -> str | None:
-    return None
+REGISTRY = plugins.Registry(
+    __name__, "TRANSFORMER_JAX_KERNELS", "model.attention", traits="TRAITS", first=DENSE,
+    needs=(plugins.Need("TRAITS", Traits), plugins.Need("run"),
+           plugins.Need("init_state", trait="recurrent"), plugins.Need("step", trait="recurrent")),
+    make=lambda entry: Kernel(entry.name, entry.module, entry.traits))
+names, get, having = REGISTRY.names, REGISTRY.get, REGISTRY.having

@@ -1,9 +1,8 @@
-"""The position schemes, one module each, found by name (``model.positions``), like the
-attention kernels.
+"""The position schemes, one module each, found by name (``model.positions``; the mechanism is
+:class:`transformer_jax.plugins.Registry`'s).
 
-``model.positions`` names a module of this package: "rotary" is
-``transformer_jax.model.positions.rotary``. The directories listed in the environment
-variable ``TRANSFORMER_JAX_POSITIONS`` are searched too. A scheme module defines:
+"rotary" is ``transformer_jax.model.positions.rotary``; a scheme kept elsewhere is one file in
+a directory of ``TRANSFORMER_JAX_POSITIONS``. A scheme module defines:
 
 * ``TRAITS``, a :class:`Traits`: how the scheme enters the model, which the model, the
   config's validation, the exports and the pictures read instead of lists of names;
@@ -17,25 +16,17 @@ variable ``TRANSFORMER_JAX_POSITIONS`` are searched too. A scheme module defines
 
 ``config.position_scale`` (set from ``decode.position_scale`` when translating) multiplies the
 positions of a scheme with the ``interpolates`` trait: position interpolation, to run a
-model on longer inputs than it was trained on. Modules whose names start with "_" are not
-schemes.
+model on longer inputs than it was trained on.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from typing import Any
 
 from transformer_jax import plugins
-from transformer_jax.errors import ConfigError
 
 # The paper's scheme.
 SINUSOIDAL = "sinusoidal"
-FIELD = "model.positions"
-PATH_VARIABLE = "TRANSFORMER_JAX_POSITIONS"
-
-__path__ += plugins.directories(PATH_VARIABLE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,37 +46,8 @@ class Traits:
     even_head_dims: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
-class Scheme:
-    """A registered scheme: its name, traits and module (the module docstring's functions)."""
-
-    name: str
-    traits: Traits
-    module: Any
-
-
-def names() -> tuple[str, ...]:
-    """Every scheme's name: the paper's first, then the others alphabetically."""
-    found = plugins.module_names(tuple(__path__), PATH_VARIABLE)
-    return (SINUSOIDAL, *(name for name in found if name != SINUSOIDAL))
-
-
-def get(name: str) -> Scheme:
-    """The scheme ``name``; ConfigError naming the field and the known schemes if unknown."""
-    known = names()
-    if name not in known:
-        raise ConfigError(f"{FIELD}={name!r} is not one of {', '.join(known)}")
-    module = importlib.import_module(f"{__name__}.{name}")
-    traits = getattr(module, "TRAITS", None)
-    needs = (("embedding", "table") if getattr(traits, "added", False) else ()) + (
-        ("rotate",) if getattr(traits, "rotates", False) else ())
-    if not isinstance(traits, Traits) or not all(callable(getattr(module, f, None))
-                                                 for f in needs):
-        raise ConfigError(f"{FIELD}={name!r}: {module.__file__} must define TRAITS (a "
-                          f"{__name__}.Traits) and {', '.join(needs) or 'its functions'}")
-    return Scheme(name, traits, module)
-
-
-def having(trait: str) -> tuple[str, ...]:
-    """The names of the schemes whose trait ``trait`` is true, in the order of :func:`names`."""
-    return tuple(name for name in names() if getattr(get(name).traits, trait))
+REGISTRY = plugins.Registry(
+    __name__, "TRANSFORMER_JAX_POSITIONS", "model.positions", traits="TRAITS", first=SINUSOIDAL,
+    needs=(plugins.Need("TRAITS", Traits), plugins.Need("embedding", trait="added"),
+           plugins.Need("table", trait="added"), plugins.Need("rotate", trait="rotates")))
+names, get, having = REGISTRY.names, REGISTRY.get, REGISTRY.having

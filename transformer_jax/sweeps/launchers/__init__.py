@@ -21,7 +21,8 @@ the sweep reads instead of asking which launcher it has:
 
 Adding one is one module here (or in a directory named by the environment variable
 ``TRANSFORMER_JAX_LAUNCHERS``, several separated by ``os.pathsep``) that defines
-``LAUNCHER``; ``--launcher`` offers it by its module's name.
+``LAUNCHER``; ``--launcher`` offers it by its module's name (the mechanism is
+:class:`transformer_jax.plugins.Registry`'s).
 """
 
 from __future__ import annotations
@@ -37,16 +38,12 @@ from typing import Any
 import ml_collections
 
 from transformer_jax import plugins
-from transformer_jax.errors import ConfigError
 from transformer_jax.io import storage, workdirs
 from transformer_jax.sweeps import records
 from transformer_jax.sweeps.experiment import Point, Sweep
 from transformer_jax.sweeps.vocab import share_vocabulary
 
 RUNS, SUBMITS, WRITES = "runs", "submits", "writes"
-# More directories of launcher modules.
-PATH_VARIABLE = "TRANSFORMER_JAX_LAUNCHERS"
-__path__ += plugins.directories(PATH_VARIABLE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,19 +116,10 @@ class Launcher:
         return None
 
 
-def names() -> list[str]:
-    """The launchers' names: the modules of this package's path."""
-    return list(plugins.module_names(tuple(__path__), PATH_VARIABLE))
-
-
-def get(name: str) -> Launcher:
-    """The launcher called ``name``; ConfigError naming the known ones for another name."""
-    module = plugins.load(__name__, tuple(__path__), PATH_VARIABLE, name, f"--launcher={name}")
-    launcher = getattr(module, "LAUNCHER", None)
-    if not isinstance(launcher, Launcher):
-        raise ConfigError(f"--launcher={name}: {module.__file__} defines no LAUNCHER, an "
-                          "instance of transformer_jax.sweeps.launchers.Launcher")
-    return launcher
+REGISTRY = plugins.Registry(__name__, "TRANSFORMER_JAX_LAUNCHERS", "--launcher",
+                            traits="LAUNCHER", needs=(plugins.Need("LAUNCHER", Launcher),),
+                            make=lambda entry: entry.traits)
+names, get, having = REGISTRY.names, REGISTRY.get, REGISTRY.having
 
 
 def run_here(job: Job, trains_here: bool) -> str:

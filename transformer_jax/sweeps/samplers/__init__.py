@@ -14,7 +14,7 @@ re-run with the same seed draws the same values for the same trials.
 
 Adding one is one module here (or in a directory named by the environment variable
 ``TRANSFORMER_JAX_SAMPLERS``) that defines ``SAMPLER``; ``--search`` offers it by its module's
-name.
+name (the mechanism is :class:`transformer_jax.plugins.Registry`'s).
 """
 
 from __future__ import annotations
@@ -30,11 +30,8 @@ from typing import Any
 import optuna
 
 from transformer_jax import plugins
-from transformer_jax.errors import ConfigError, UserError
+from transformer_jax.errors import UserError
 from transformer_jax.sweeps.space import Dimension
-
-PATH_VARIABLE = "TRANSFORMER_JAX_SAMPLERS"
-__path__ += plugins.directories(PATH_VARIABLE)
 
 # Start-up trials: a quarter of the budget, so that most trials are guided by the model, but
 # at least one more than the dimensions (a model over d parameters needs d + 1 points to fit
@@ -96,18 +93,10 @@ class Sampler:
         return f"{self.name} ({self.help})"
 
 
-def names() -> list[str]:
-    return list(plugins.module_names(tuple(__path__), PATH_VARIABLE))
-
-
-def get(name: str) -> Sampler:
-    """The sampler called ``name``; ConfigError naming the known ones for another name."""
-    module = plugins.load(__name__, tuple(__path__), PATH_VARIABLE, name, f"--search={name}")
-    sampler = getattr(module, "SAMPLER", None)
-    if not isinstance(sampler, Sampler):
-        raise ConfigError(f"--search={name}: {module.__file__} defines no SAMPLER, an "
-                          "instance of transformer_jax.sweeps.samplers.Sampler")
-    return sampler
+REGISTRY = plugins.Registry(__name__, "TRANSFORMER_JAX_SAMPLERS", "--search", traits="SAMPLER",
+                            needs=(plugins.Need("SAMPLER", Sampler),),
+                            make=lambda entry: entry.traits)
+names, get, having = REGISTRY.names, REGISTRY.get, REGISTRY.having
 
 
 def trial_seed(seed: int, number: int) -> int:

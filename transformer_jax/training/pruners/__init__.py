@@ -1,9 +1,9 @@
 """Pruners, one module each, found by name: how a trial's run is judged at each evaluation.
 
 ``search.prune`` (a sweep's ``--prune``) names a module of this package: "asha" is
-``transformer_jax.training.pruners.asha``. The directories listed in the environment variable
-``TRANSFORMER_JAX_PRUNERS`` (separated by ``os.pathsep``) are searched too, so that a pruner
-written elsewhere is one file there. The pruners here:
+``transformer_jax.training.pruners.asha``; a pruner kept elsewhere is one file in a directory
+of ``TRANSFORMER_JAX_PRUNERS`` (the mechanism is :class:`transformer_jax.plugins.Registry`'s).
+The pruners here:
 
 * ``asha`` -- asynchronous successive halving from the first rung (the default);
 * ``median`` -- optuna's MedianPruner: behind the median of the completed trials at a step;
@@ -25,34 +25,18 @@ config/defaults.py), the one place it is written.
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
 import ml_collections
 
 from transformer_jax import plugins
-from transformer_jax.errors import ConfigError
 
-FIELD = "search.prune"
-PATH_VARIABLE = "TRANSFORMER_JAX_PRUNERS"
-
-__path__ += plugins.directories(PATH_VARIABLE)
-
-
-def names() -> tuple[str, ...]:
-    """Every pruner's name, alphabetically."""
-    return plugins.module_names(tuple(__path__), PATH_VARIABLE)
-
-
-def get(name: str) -> ModuleType:
-    """The pruner module ``name``; ConfigError naming the field and the known pruners if
-    there is none."""
-    module = plugins.load(__name__, tuple(__path__), PATH_VARIABLE, name, f"{FIELD}={name!r}")
-    if not callable(getattr(module, "make", None)) or not isinstance(
-            getattr(module, "HELP", None), str):
-        raise ConfigError(f"{FIELD}={name!r}: {module.__file__} must define make(search) and "
-                          "HELP (one line)")
-    return module
+REGISTRY = plugins.Registry(
+    __name__, "TRANSFORMER_JAX_PRUNERS", "search.prune",
+    needs=(plugins.Need("make", shown="make(search)"),
+           plugins.Need("HELP", str, "HELP (one line)")),
+    make=lambda entry: entry.module)
+names, get = REGISTRY.names, REGISTRY.get
 
 
 def make(search: ml_collections.ConfigDict) -> Any:

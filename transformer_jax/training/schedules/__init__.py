@@ -1,9 +1,9 @@
 """Learning-rate schedules, one module each, found by name.
 
 ``optim.schedule`` names a module of this package: "warmup_cosine" is
-``transformer_jax.training.schedules.warmup_cosine``. The directories listed in the
-environment variable ``TRANSFORMER_JAX_SCHEDULES`` (separated by ``os.pathsep``) are searched
-too, so that a schedule written elsewhere is one file there. The schedules here:
+``transformer_jax.training.schedules.warmup_cosine``; a schedule kept elsewhere is one file in
+a directory of ``TRANSFORMER_JAX_SCHEDULES`` (the mechanism is
+:class:`transformer_jax.plugins.Registry`'s). The schedules here:
 
 * ``rsqrt_warmup`` -- the paper's (section 5.3), the default: linear warmup, then decay with
   the inverse square root of the step;
@@ -19,14 +19,13 @@ A schedule module defines
   update (the paper's numbering), built with optax's schedules where they fit. It raises
   ConfigError, naming the fields, for settings it cannot follow.
 
-Modules whose names start with "_" are not schedules. The config cannot import this package
+The config cannot import this package
 (it is a lower layer), so the name is checked here: :func:`check`, which the training run
 calls before it writes anything and a sweep for each of its points.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
@@ -36,37 +35,19 @@ import ml_collections
 from transformer_jax import config as config_lib, plugins
 from transformer_jax.errors import ConfigError
 
-# The config field that names a schedule, and the variable naming more directories of them.
-FIELD = "optim.schedule"
-PATH_VARIABLE = "TRANSFORMER_JAX_SCHEDULES"
-
-__path__ += plugins.directories(PATH_VARIABLE)
-
-
-def names() -> tuple[str, ...]:
-    """Every schedule's name, alphabetically."""
-    return plugins.module_names(tuple(__path__), PATH_VARIABLE)
-
-
-def get(name: str) -> ModuleType:
-    """The schedule module ``name``; ConfigError naming the field and the known schedules if
-    there is none."""
-    known = names()
-    if name not in known:
-        raise ConfigError(f"{FIELD}={name!r} is not one of {', '.join(known)}")
-    module = importlib.import_module(f"{__name__}.{name}")
-    if not callable(getattr(module, "make", None)) or not isinstance(
-            getattr(module, "FIELDS", None), tuple):
-        raise ConfigError(f"{FIELD}={name!r}: {module.__file__} must define make(config, "
-                          "d_model) and FIELDS (a tuple of the config fields it reads)")
-    return module
+REGISTRY = plugins.Registry(
+    __name__, "TRANSFORMER_JAX_SCHEDULES", "optim.schedule",
+    needs=(plugins.Need("make", shown="make(config, d_model)"),
+           plugins.Need("FIELDS", tuple, "FIELDS (a tuple of the config fields it reads)")),
+    make=lambda entry: entry.module)
+names, get = REGISTRY.names, REGISTRY.get
 
 
 def _value(config: ml_collections.ConfigDict, field: str) -> Any:
     try:
         return config_lib.get_field(config, field)
     except (ConfigError, TypeError):  # TypeError: a part of the path is a value, not a section
-        raise ConfigError(f"{FIELD}={config.optim.schedule!r} reads {field}, a field the "
+        raise ConfigError(f"{REGISTRY.label(config.optim.schedule)} reads {field}, a field the "
                           "config does not have") from None
 
 
@@ -97,4 +78,4 @@ def changed_by(config: ml_collections.ConfigDict,
                changes: Mapping[str, Any]) -> list[str]:
     """The fields among ``changes`` (a resumed run's, ``resume.remember_config``) that change
     the config's learning-rate schedule: optim.schedule itself and the fields it reads."""
-    return [f for f in (FIELD, *get(config.optim.schedule).FIELDS) if f in changes]
+    return [f for f in (REGISTRY.field, *get(config.optim.schedule).FIELDS) if f in changes]
