@@ -12,11 +12,13 @@ import importlib
 import os
 import pkgutil
 import sys
-from collections.abc import Callable, Sequence
-from types import ModuleType
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 from transformer_jax.errors import ConfigError, shown
+
+_NONE: Mapping[str, Any] = MappingProxyType({})
 
 
 def directories(variable: str) -> list[str]:
@@ -61,16 +63,37 @@ class Need:
 
 
 @dataclasses.dataclass(frozen=True)
+class Alias:
+    """An entry that is another entry's module under a name of its own: ``of``, the entry it
+    runs; ``traits``, the traits it changes; ``options``, keywords its functions are always
+    called with (over the caller's)."""
+
+    of: str
+    options: Mapping[str, Any] = _NONE
+    traits: Mapping[str, Any] = _NONE
+
+
+@dataclasses.dataclass(frozen=True)
 class Entry:
-    """A registered entry: its name, its module and its traits."""
+    """A registered entry: its name, its module, its traits and the options an alias fixes."""
 
     name: str
     module: ModuleType
     traits: Any = None
+    options: Mapping[str, Any] = _NONE
 
     def function(self, attribute: str) -> Callable[..., Any] | None:
-        """The module's function ``attribute``; None if the module has none."""
-        return getattr(self.module, attribute, None)
+        """The module's function ``attribute``, called with the entry's options over the
+        caller's keywords; None if the module has none."""
+        found = getattr(self.module, attribute, None)
+        if found is None or not self.options:
+            return found
+        return functools.partial(_with_options, found, self.options)
+
+
+def _with_options(function: Callable[..., Any], options: Mapping[str, Any], *args: Any,
+                  **kwargs: Any) -> Any:
+    return function(*args, **{**kwargs, **options})
 
 
 def _listed(items: Sequence[object]) -> str:
@@ -82,8 +105,8 @@ def _listed(items: Sequence[object]) -> str:
 class Registry[E]:
     """The entries of one kind: the modules of the package ``package`` (named by ``__name__``
     in its ``__init__``) whose names do not start with "_", those of the directories the
-    environment variable ``variable`` names (added to the package's path here), each found by
-    name.
+    environment variable ``variable`` names (added to the package's path here), and the
+    ``aliases``, each found by name.
 
     * ``field``: what the user names an entry with, a config field (``"model.attention"``)
       or a flag (``"--search"``); an unknown name is refused in one line naming it and the
@@ -99,17 +122,18 @@ class Registry[E]:
     """
 
     def __init__(self, package: str, variable: str, field: str, *, needs: Sequence[Need] = (),
-                 traits: str = "", first: str = "",
+                 traits: str = "", first: str = "", aliases: Mapping[str, Alias] = _NONE,
                  make: Callable[[Entry], E] = lambda entry: entry) -> None:
         self.package, self.variable, self.field = package, variable, field
         self.needs, self.traits, self.first = tuple(needs), traits, first
-        self.make = make
+        self.aliases, self.make = aliases, make
         sys.modules[package].__path__ += directories(variable)
 
     def names(self) -> tuple[str, ...]:
         """Every entry's name: ``first``, then the others alphabetically."""
         path = tuple(sys.modules[self.package].__path__)
-        return tuple(sorted(module_names(path, self.variable), key=lambda n: n != self.first))
+        found = sorted({*module_names(path, self.variable), *self.aliases})
+        return tuple(sorted(found, key=lambda name: name != self.first))
 
     def label(self, name: str) -> str:
         """How the user asked for ``name``: ``--search=x`` or ``model.attention='x'``."""
@@ -122,13 +146,16 @@ class Registry[E]:
         known = self.names()
         if name not in known:
             raise ConfigError(f"{self.label(name)} is not one of {', '.join(known)}")
-        module = importlib.import_module(f"{self.package}.{name}")
+        alias = self.aliases.get(name, Alias(name))
+        module = importlib.import_module(f"{self.package}.{alias.of}")
         traits = getattr(module, self.traits, None) if self.traits else None
         needed = [n for n in self.needs if not n.trait or getattr(traits, n.trait, False)]
         if not all(need.met_by(module) for need in needed):
             raise ConfigError(f"{self.label(name)}: {module.__file__} must define "
                               f"{_listed(needed)}")
-        return Entry(name, module, traits)
+        if alias.traits:
+            traits = dataclasses.replace(traits, **alias.traits)
+        return Entry(name, module, traits, alias.options)
 
     def get(self, name: str) -> E:
         """What the kind hands out for entry ``name`` (``make``); refusals as :meth:`entry`'s."""

@@ -11,7 +11,7 @@ import pytest
 from transformer_jax.model import attention, masks
 from transformer_jax.model.kernels.blockwise import blockwise_attention
 from transformer_jax.model.kernels.dense import dot_product_attention
-from transformer_jax.model.kernels.local import local_attention
+from transformer_jax.model.kernels.local_global import local_global_attention
 from transformer_jax.model.masks import make_mask
 
 Q3 = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
@@ -245,8 +245,9 @@ def test_local_equals_dense_with_a_band_mask(causal, window, block_size):
     q, k, v = qkv(5, kv_heads=4)
     # Padding queries see nothing and their outputs are never read: the loss skips them.
     weights = jax.random.normal(jax.random.key(2), (2, 4, 37, 6)) * REAL[:, None, :, None]
-    local = lambda q, k, v: local_attention(  # noqa: E731
-        q, k, v, SEGMENTS, SEGMENTS, window=window, causal=causal, block_size=block_size)
+    local = lambda q, k, v: local_global_attention(  # noqa: E731
+        q, k, v, SEGMENTS, SEGMENTS, window=window, global_tokens=0, causal=causal,
+        block_size=block_size)
     banded = lambda q, k, v: dense(q, k, v, SEGMENTS, SEGMENTS, causal, window=window)  # noqa: E731
     assert_same(value_and_grads(local, q, k, v, weights),
                 value_and_grads(banded, q, k, v, weights), rows=REAL)
@@ -266,8 +267,8 @@ def test_band_mask_seed_example():
 def test_local_decoding_slices_only_the_window(causal, step):
     q, k, v = qkv(6, q_len=1, kv_len=30)
     ones_q, ones_kv = jnp.ones((2, 1), jnp.int32), jnp.ones((2, 30), jnp.int32)
-    local = jax.jit(lambda i: local_attention(
-        q, k, v, ones_q, ones_kv, window=4, causal=causal, q_offset=i))
+    local = jax.jit(lambda i: local_global_attention(
+        q, k, v, ones_q, ones_kv, window=4, global_tokens=0, causal=causal, q_offset=i))
     np.testing.assert_allclose(local(step), dense(q, k, v, ones_q, ones_kv, causal, step, 4),
                                atol=1e-5)
     # It slices 2r + 1 = 9 keys (causal: r + 1 = 5) of the 30 out of the cache, and that slice,

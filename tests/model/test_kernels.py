@@ -165,6 +165,9 @@ def test_the_registry_lists_the_kernel_modules_dense_first():
     assert kernels.having("window") == ("local", "local_global")
     assert kernels.having("global_tokens") == ("local_global",)
     assert kernels.having("recurrent") == ("linear", "performer")
+    # local is local_global's module with no global positions, whatever the call asks.
+    local, local_global = kernels.get("local"), kernels.get("local_global")
+    assert local.module is local_global.module and local.options == {"global_tokens": 0}
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -2,7 +2,9 @@
 is :class:`transformer_jax.plugins.Registry`'s).
 
 "blockwise" is ``transformer_jax.model.kernels.blockwise``; a kernel kept elsewhere is one file
-in a directory of ``TRANSFORMER_JAX_KERNELS``. A kernel module defines:
+in a directory of ``TRANSFORMER_JAX_KERNELS``. "local", the restricted self-attention of the
+paper's Table 1, is an alias: the local_global kernel with no global positions. A kernel
+module defines:
 
 * ``TRAITS``, a :class:`Traits`: what it computes and takes, which the model's one call
   (``attention.attend``), the config's validation, the resume rules and the benchmarks read
@@ -84,5 +86,9 @@ REGISTRY = plugins.Registry(
     __name__, "TRANSFORMER_JAX_KERNELS", "model.attention", traits="TRAITS", first=DENSE,
     needs=(plugins.Need("TRAITS", Traits), plugins.Need("run"),
            plugins.Need("init_state", trait="recurrent"), plugins.Need("step", trait="recurrent")),
-    make=lambda entry: Kernel(entry.name, entry.module, entry.traits))
+    # The restricted self-attention of the paper's Table 1 is local_global without global
+    # positions.
+    aliases={"local": plugins.Alias("local_global", options={"global_tokens": 0},
+                                    traits={"global_tokens": False})},
+    make=lambda entry: Kernel(entry.name, entry.module, entry.traits, entry.options))
 names, get, having = REGISTRY.names, REGISTRY.get, REGISTRY.having

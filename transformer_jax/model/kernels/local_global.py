@@ -1,13 +1,14 @@
 """The local_global kernel: sparse attention in a local window plus a few global positions
 (Longformer's sliding window with global attention; BigBird's window and global tokens,
-without its random keys).
+without its random keys), and with no global positions the restricted self-attention of the
+paper's Table 1 (the registry's "local").
 
 Every query sees the keys within r = ``model.local_window`` positions (causal: the r before
 it), and the first g = ``model.global_tokens`` positions of every sentence are global: they
 see, and are seen by, every position of their sentence (causal: every position before them,
 and every position after them). Any two positions of a sentence are then at most two hops
 apart, through a global one, where the window alone needs n / r hops; the work is
-O((r + g) n d) instead of O(n^2 d).
+O((r + g) n d) instead of O(n^2 d), O(r n d) with g = 0.
 
 The mask is :func:`masks.make_mask`'s with ``window`` and ``global_tokens``. Global positions
 are counted from the start of each segment, so packed rows keep theirs (every sentence its
@@ -16,12 +17,13 @@ own first g positions).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
 from transformer_jax.model.kernels import Traits
 from transformer_jax.model.kernels.dense import dot_product_attention
-from transformer_jax.model.kernels.local import local_attention, neighbourhoods
 from transformer_jax.model.masks import (
     MASK_VALUE,
     block_mask,
@@ -33,7 +35,8 @@ from transformer_jax.model.masks import (
     token_major,
 )
 
-# Cross-attention has no window (its keys are not positions of its queries): blockwise.
+# Cross-attention has no window (its keys are not positions of its queries): blockwise,
+# which holds no q x k matrix either.
 TRAITS = Traits(exact=False, returns_weights=False, supports_dropout=False, segment_ids=True,
                 window=True, without_window="blockwise", global_tokens=True)
 
@@ -70,15 +73,19 @@ def local_global_attention(
     """Self-attention over a window of r plus the g global positions of each segment.
 
     Equal, on every real query, to the dense kernel with ``make_mask(..., window=window,
-    global_tokens=global_tokens)``. Three parts, each O((r + g) n):
+    global_tokens=global_tokens)``. (A padding query, which sees nothing, spreads its weight
+    over its neighbourhood rather than over every key.) Three parts, each O((r + g) n):
 
-    * an ordinary query scores the keys of its window (blocked as the local kernel's,
-      about 3r a query) and the g global keys of its segment outside the window, in one
-      softmax;
+    * an ordinary query scores the keys of its window and the g global keys of its segment
+      outside the window, in one softmax. Queries are cut into blocks of ``block_size``
+      (default: r); each block attends to its own key block and the ceil(r / block_size)
+      blocks on either side (before it only, if causal), so no more than about 3r keys per
+      query are ever scored. With g = 0 this is all: the paper's restricted self-attention
+      (Table 1, last row), O(r n d);
     * a global query scores every key of its segment: for each of the g slots, each key is
       scored against its segment's global query, and a softmax per segment (a segment sum
       over [n, g] scores) gives the g global rows of every segment at once;
-    * decoding (one query at ``q_offset`` against a cache, causal) slices the r + 1 keys of
+    * decoding (a query at ``q_offset`` against a cache) slices out the keys within reach of
       its window and gathers the g global keys: O(r + g) per token, since a global query's
       keys, all before it, are global keys themselves.
 
@@ -90,22 +97,96 @@ def local_global_attention(
     Returns:
       [b, h, q, d_v].
     """
-    if not global_tokens:
-        return local_attention(q, k, v, q_segment_ids, kv_segment_ids, window=window,
-                               causal=causal, q_offset=q_offset, block_size=block_size)
     nq, nk = q.shape[2], k.shape[2]
     if not (isinstance(q_offset, int) and q_offset == 0 and nq == nk):
+        if not global_tokens:
+            return _local_sliced(q, k, v, q_segment_ids, kv_segment_ids, window, causal,
+                                 q_offset)
         if not causal:  # not a decoding step: the model never asks for it
             mask = make_mask(q_segment_ids, kv_segment_ids, q_offset=q_offset, window=window,
                              global_tokens=global_tokens)
             return dot_product_attention(q, k, v, mask)[0]
         return _decoding(q, k, v, q_segment_ids, kv_segment_ids, window, global_tokens,
                          q_offset)
+    if not global_tokens:
+        return _windows(q, k, v, q_segment_ids, kv_segment_ids, window, causal, block_size)
     near = _windows_and_global_keys(q, k, v, q_segment_ids, kv_segment_ids, window,
                                     global_tokens, causal, block_size)
     rows = _global_rows(q, k, v, kv_segment_ids, global_tokens, causal)
     is_global = global_positions(q_segment_ids, global_tokens)[:, None, :, None]
     return jnp.where(is_global, rows, near)
+
+
+def _windows(q, k, v, q_segment_ids, kv_segment_ids, window, causal, block_size):
+    """Every query over the keys of its window alone, block by block: [b, h, n, d_v]."""
+    b, h, nq, _ = q.shape
+    n = neighbourhoods(q, k, v, q_segment_ids, kv_segment_ids, window, causal, block_size)
+    nb, size, width = n.allowed.shape[1:]
+
+    def blocks(x: jax.Array) -> jax.Array:
+        """[b, nb, n, h, d] -> [b * nb, h, n, d]: each block a batch row of the dense kernel."""
+        return token_major(x.reshape(b * nb, *x.shape[2:]))
+
+    out, _ = dot_product_attention(blocks(n.q), blocks(n.k), blocks(n.v),
+                                   n.allowed.reshape(b * nb, 1, size, width))
+    out = token_major(out).reshape(b, nb * size, h, v.shape[-1])[:, :nq]
+    return token_major(out)
+
+
+class Neighbourhoods(NamedTuple):
+    """Queries cut into blocks and the keys each block can reach (token-major):
+    q [b, nb, size, h, d_k], k [b, nb, W, h_kv, d_k], v [b, nb, W, h_kv, d_v], and the band
+    mask ``allowed`` [b, nb, size, W] (segments, padding, causality, the window)."""
+
+    q: jax.Array
+    k: jax.Array
+    v: jax.Array
+    allowed: jax.Array
+
+
+def neighbourhoods(q: jax.Array, k: jax.Array, v: jax.Array, q_segment_ids: jax.Array,
+                   kv_segment_ids: jax.Array, window: int, causal: bool,
+                   block_size: int | None = None) -> Neighbourhoods:
+    """Self-attention's queries (head-major [b, h, n, d_k], the keys' positions) in blocks of
+    ``block_size`` (default: r), each with its own key block and the ceil(r / block_size)
+    blocks on either side (before it only, if causal): about 3r keys a query."""
+    b, nq = q.shape[0], q.shape[2]
+    size = max(1, min(block_size or window, nq))
+    reach = -(-window // size)  # neighbouring key blocks on each side
+    before, after = reach, 0 if causal else reach
+    nb = -(-nq // size)
+    tail = nb * size - nq
+
+    def windows(x: jax.Array) -> jax.Array:
+        """[b, n, ...] -> [b, nb, W, ...]: the keys each query block can reach, W = taps * size."""
+        x = pad_axis1(x, before * size, tail + after * size)
+        x = x.reshape(b, nb + before + after, size, *x.shape[2:])
+        taps = [x[:, i:i + nb] for i in range(before + after + 1)]
+        return jnp.concatenate(taps, axis=2)
+
+    k_win, v_win = windows(token_major(k)), windows(token_major(v))
+    kv_seg_win = windows(kv_segment_ids)
+    width = k_win.shape[2]
+    q_pos = jnp.arange(nb * size).reshape(nb, size)
+    k_pos = (jnp.arange(nb)[:, None] - before) * size + jnp.arange(width)[None, :]
+    q_seg = pad_axis1(q_segment_ids, 0, tail).reshape(b, nb, size)
+    allowed = block_mask(q_seg, kv_seg_win, q_pos, k_pos, causal, window)  # [b, nb, size, W]
+    q_blocks = pad_axis1(token_major(q), 0, tail).reshape(b, nb, size, *q.shape[1:2], q.shape[3])
+    return Neighbourhoods(q_blocks, k_win, v_win, allowed)
+
+
+def _local_sliced(q, k, v, q_segment_ids, kv_segment_ids, window, causal, q_offset):
+    """Local attention for queries at q_offset .. q_offset + q - 1 (maybe traced): only the
+    q + 2r keys (q + r if causal) within reach are sliced out of k and v."""
+    nq, nk = q.shape[2], k.shape[2]
+    width = min(nq + (1 if causal else 2) * window, nk)
+    start = jnp.clip(jnp.asarray(q_offset) - window, 0, nk - width)
+    take = lambda x, axis: jax.lax.dynamic_slice_in_dim(x, start, width, axis)  # noqa: E731
+    q_pos = jnp.arange(nq) + q_offset
+    k_pos = jnp.arange(width) + start
+    allowed = block_mask(q_segment_ids, take(kv_segment_ids, 1), q_pos, k_pos, causal, window)
+    out, _ = dot_product_attention(q, take(k, 2), take(v, 2), allowed[:, None])
+    return out
 
 
 def _starts_and_global_keys(kv_segment_ids: jax.Array, q_pos: jax.Array,
