@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from transformer_jax.data import batching, order as order_lib
-from transformer_jax.data.packing import ragged
+from transformer_jax.data.tokens import ragged
 from transformer_jax.errors import DataError
 
 from .test_pipeline import assert_same, batches

@@ -18,23 +18,19 @@ with room on both sides, or opens a new row; when more than ``open_rows`` rows a
 oldest is closed. It runs once per chunk of a few thousand pairs, in a Python loop of a few
 operations per pair; the arrays are then filled with vectorized numpy.
 
-The pairs come as :class:`Ragged` ids, a side's sequences end to end with their lengths, which
-is how the token cache (``token_cache.py``) reads them: selecting, truncating and packing them
-is array work with no Python loop over tokens.
+The pairs come as ``tokens.Ragged`` ids, a side's sequences end to end with their lengths:
+selecting, truncating and packing them is array work with no Python loop over tokens.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from transformer_jax.data.tokens import Ids
+from transformer_jax.data.tokens import Ids, Ragged, ragged
 
 FEATURES = ("inputs", "targets")
 OPEN_ROWS = 32  # more open rows pack tighter and cost more per pair
@@ -65,43 +61,6 @@ def assign_rows(input_lengths: Sequence[int], target_lengths: Sequence[int], max
         free_targets[row] -= b
         rows.append(row)
     return rows
-
-
-class Ragged(NamedTuple):
-    """Sequences of ids end to end: sequence k is ``values[starts[k]:starts[k] + lengths[k]]``."""
-
-    values: np.ndarray  # int32 [sum(lengths)]
-    lengths: np.ndarray  # int64 [sequences]
-
-    @property
-    def starts(self) -> np.ndarray:
-        return np.cumsum(self.lengths) - self.lengths
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def take(self, which: np.ndarray) -> Ragged:
-        """The sequences at the indices ``which`` (or where the mask ``which`` is True)."""
-        which = np.flatnonzero(which) if which.dtype == bool else which
-        lengths = self.lengths[which]
-        into = np.repeat(self.starts[which] - (np.cumsum(lengths) - lengths), lengths)
-        return Ragged(self.values[into + np.arange(len(into))], lengths)
-
-    def truncated(self, max_len: int) -> Ragged:
-        """Every sequence cut to its first ``max_len`` ids."""
-        position = np.arange(len(self.values)) - np.repeat(self.starts, self.lengths)
-        return Ragged(self.values[position < max_len], np.minimum(self.lengths, max_len))
-
-    def tolist(self) -> list[list[int]]:
-        return [self.values[s:s + n].tolist() for s, n in zip(self.starts, self.lengths,
-                                                              strict=True)]
-
-
-def ragged(sequences: Sequence[Sequence[int]]) -> Ragged:
-    """Id lists -> :class:`Ragged`."""
-    lengths = np.fromiter(map(len, sequences), np.int64, len(sequences))
-    values = np.fromiter(itertools.chain.from_iterable(sequences), np.int32, int(lengths.sum()))
-    return Ragged(values, lengths)
 
 
 def pack(inputs: Sequence[Sequence[int]], targets: Sequence[Sequence[int]], max_len: int,

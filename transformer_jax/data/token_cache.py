@@ -55,9 +55,8 @@ import numpy as np
 from array_record.python import array_record_data_source, array_record_module
 
 from transformer_jax.data import text
-from transformer_jax.data.packing import Ragged
 from transformer_jax.data.tokenizer import Tokenizer
-from transformer_jax.data.tokens import ADD_EOS, Ids, TokenizedPairs
+from transformer_jax.data.tokens import ADD_EOS, Ids, Ragged, TokenizedPairs
 from transformer_jax.errors import DataError
 from transformer_jax.io import layout, locks, storage
 

@@ -2,21 +2,60 @@
 
 In: a split's text pairs (``sources.py``) and the vocabulary (``tokenizer.py``). Out: an
 :class:`Ids`, what the epoch order's chunks are read from and packed (``packing.py``): the
-source and target ids of any pairs, each side ending with EOS, as :class:`~packing.Ragged`
-arrays. Two kinds give the same ids: :class:`TokenizedPairs` runs SentencePiece on the fly,
+source and target ids of any pairs, each side ending with EOS, as :class:`Ragged` arrays (a
+side's sequences end to end with their lengths, which is how the token cache writes and reads
+them). Two kinds give the same ids: :class:`TokenizedPairs` runs SentencePiece on the fly,
 ``token_cache.CachedIds`` reads the ids written once (``token_cache.py``).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-from transformer_jax.data import packing
-from transformer_jax.data.packing import Ragged
+import numpy as np
+
 from transformer_jax.data.tokenizer import Tokenizer
 
 ADD_EOS = True  # every side ends with EOS
+
+
+class Ragged(NamedTuple):
+    """Sequences of ids end to end: sequence k is ``values[starts[k]:starts[k] + lengths[k]]``."""
+
+    values: np.ndarray  # int32 [sum(lengths)]
+    lengths: np.ndarray  # int64 [sequences]
+
+    @property
+    def starts(self) -> np.ndarray:
+        return np.cumsum(self.lengths) - self.lengths
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def take(self, which: np.ndarray) -> Ragged:
+        """The sequences at the indices ``which`` (or where the mask ``which`` is True)."""
+        which = np.flatnonzero(which) if which.dtype == bool else which
+        lengths = self.lengths[which]
+        into = np.repeat(self.starts[which] - (np.cumsum(lengths) - lengths), lengths)
+        return Ragged(self.values[into + np.arange(len(into))], lengths)
+
+    def truncated(self, max_len: int) -> Ragged:
+        """Every sequence cut to its first ``max_len`` ids."""
+        position = np.arange(len(self.values)) - np.repeat(self.starts, self.lengths)
+        return Ragged(self.values[position < max_len], np.minimum(self.lengths, max_len))
+
+    def tolist(self) -> list[list[int]]:
+        return [self.values[s:s + n].tolist() for s, n in zip(self.starts, self.lengths,
+                                                              strict=True)]
+
+
+def ragged(sequences: Sequence[Sequence[int]]) -> Ragged:
+    """Id lists -> :class:`Ragged`."""
+    lengths = np.fromiter(map(len, sequences), np.int64, len(sequences))
+    values = np.fromiter(itertools.chain.from_iterable(sequences), np.int32, int(lengths.sum()))
+    return Ragged(values, lengths)
 
 
 class Ids(Protocol):
@@ -56,7 +95,7 @@ class TokenizedPairs:
 
     def read_ids(self, indices: Sequence[int]) -> tuple[Ragged, Ragged]:
         inputs, targets = encode_pairs(self.tokenizer, read_pairs(self.source, indices))
-        return packing.ragged(inputs), packing.ragged(targets)
+        return ragged(inputs), ragged(targets)
 
 
 class Head:
