@@ -24,6 +24,7 @@ from transformer_jax.sweeps import (
     samplers,
     search,
     study as study_lib,
+    trials as trials_lib,
 )
 from transformer_jax.sweeps.experiment import load_experiment
 from transformer_jax.sweeps.search_spec import Search
@@ -638,7 +639,7 @@ def test_the_best_explored_settings_are_confirmed_on_the_other_seeds_and_ranked_
     status = search.status_lines(sweep, str(root), how, "demo")
     assert status[-3] == ("phase: done, 3 trials explored (3 complete), 4 runs confirmed")
     assert status[-1] == ("best so far: trial 0 (optim.lr_scale="
-                          f"{controller_lib.rounded(trials[0].params['optim.lr_scale'])}): "
+                          f"{trials_lib.rounded(trials[0].params['optim.lr_scale'])}): "
                           "perplexity 1.567 ± 0.38, mean of 3 seeds")
     assert status[-2].startswith("compute: 0 training steps, 0.0 CPU-min spent")
 
@@ -726,7 +727,7 @@ def test_pruned_trials_fill_the_places_of_confirmation_that_completed_ones_leave
     stops.write_record(root / diverged.name, stops.Stop("diverged", 40, "diverged"), {})
     c.tell(3, [diverged])
     trials = c.study.get_trials()
-    assert [t.number for t in controller_lib.best_explored(trials, "minimize", 3)] == [0, 2, 1]
+    assert [t.number for t in trials_lib.best_explored(trials, "minimize", 3)] == [0, 2, 1]
     # Confirmation: trial 0 on seeds 1 and 2; the promoted trials 2 and 1 on all three, their
     # first seed's run resumed (seed index 0) rather than trained again.
     with caplog.at_level(logging.INFO):

@@ -9,10 +9,11 @@ the remaining seeds and rank them on the mean.
         [--parallel=P] [--launcher=local|slurm|tpu|print]
 
 The rooms: the flags' spec (search_spec.py), the study and the claims on its trials
-(study.py), the controller that asks, trains and tells (controller.py), the samplers
-(samplers/) and pruners (training/pruners/), one module each, the status (search_status.py),
-a pruned grid's trials (grid_trials.py), the report's section (search_report.py). This module
-checks a search and starts its controller.
+(study.py), a trial's points and which trials are confirmed (trials.py), the controller that
+asks, trains and tells (controller.py), the samplers (samplers/) and pruners
+(training/pruners/), one module each, the status (search_status.py), a pruned grid's trials
+(grid_trials.py), the report's section (search_report.py). This module checks a search and
+starts its controller.
 
 A trial is one setting of the space trained in ``ROOT/trial=N,FIELD=VALUE,...[,seed=S]``; its
 runs get the ``search.*`` config fields (controller.search_overrides), so that training
@@ -39,11 +40,12 @@ from transformer_jax.errors import UserError
 from transformer_jax.io import storage
 from transformer_jax.sweeps import launchers, records, samplers, search_status, study as study_lib
 from transformer_jax.sweeps.checks import check_flags
-from transformer_jax.sweeps.controller import Controller, confirming, known_points, search_overrides
+from transformer_jax.sweeps.controller import Controller, search_overrides
 from transformer_jax.sweeps.cpu_peak import shared_cpu_peak
 from transformer_jax.sweeps.experiment import Sweep
 from transformer_jax.sweeps.points import point_config, train_args
 from transformer_jax.sweeps.search_spec import Search
+from transformer_jax.sweeps.trials import confirming, known_points
 from transformer_jax.training import studies
 
 

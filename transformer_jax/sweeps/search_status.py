@@ -1,6 +1,5 @@
 """Where a search stands: its phase (exploring, confirming, done), the compute it has spent
-and has left, the settings ranked (confirmed ones on their mean over seeds), and the record
-of the search in sweep.json."""
+and has left, and the settings ranked (confirmed ones on their mean over seeds)."""
 
 from __future__ import annotations
 
@@ -11,30 +10,18 @@ from typing import Any
 import optuna
 
 from transformer_jax.io import storage, workdirs
-from transformer_jax.sweeps import records, samplers, study as study_lib
-from transformer_jax.sweeps.controller import (
+from transformer_jax.sweeps import records, study as study_lib
+from transformer_jax.sweeps.experiment import Sweep
+from transformer_jax.sweeps.search_spec import Search
+from transformer_jax.sweeps.trials import (
     best_explored,
     confirming,
     known_points,
     promoted,
     rounded,
 )
-from transformer_jax.sweeps.experiment import Sweep
-from transformer_jax.sweeps.search_spec import Search
 
 State = optuna.trial.TrialState
-
-
-def search_record(sweep: Sweep, search: Search, budget: samplers.Budget) -> dict[str, Any]:
-    """The search as sweep.json records it: the study's name, where it is ("" for the
-    root's journal file), its sampler (and what "auto" chose), trials, start-up trials,
-    confirmation, objective, direction, pruner, seed and space."""
-    return {"study": sweep.name, "storage": search.storage, "sampler": search.sampler,
-            "sampler_chosen": samplers.get(search.sampler).describe(budget),
-            "trials": search.trials, "startup": budget.startup, "confirm": search.confirm,
-            "seeds": len(sweep.points()), "seed": budget.seed, "objective": search.objective,
-            "direction": search.direction, "prune": search.prune,
-            "space": [str(d) for d in sweep.space]}
 
 
 @dataclasses.dataclass(frozen=True)
