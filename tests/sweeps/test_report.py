@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from transformer_jax.errors import ConfigError
-from transformer_jax.sweeps import hyper, report as compare, report_metrics, report_table3
+from transformer_jax.sweeps import (
+    hyper,
+    report as compare,
+    report_metrics,
+    report_settings,
+    report_table3,
+)
 from transformer_jax.sweeps.experiment import Sweep, load_experiment
 from transformer_jax.sweeps.run import run_sweep
 
@@ -262,7 +268,7 @@ def test_runs_trained_with_other_code_are_named(replicated_root, tmp_path):
 
 def test_plots_draw_error_bars_and_every_seed(replicated_root, tmp_path):
     definition, rows = compare.collect(replicated_root)
-    sets = compare.settings(rows)
+    sets = report_settings.settings(rows)
     assert [len(e["runs"]) for e in sets] == [3, 3, 3]
     mean, std, n = sets[0]["test_bleu"]
     assert (round(mean, 6), round(std, 6), n) == (23.0, round(13 ** 0.5, 6), 3)

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 
 from transformer_jax.errors import UserError
 from transformer_jax.io import storage
+from transformer_jax.sweeps.report_settings import SIGNIFICANCE_LEVEL, mean_std, significance
 
 Bucket = tuple[int, int]
 
@@ -72,14 +73,13 @@ def by_length(sets: Sequence[dict[str, Any]], baseline: dict[str, Any],
     std, ``length_ratio``), and the report's paired test against the baseline within the
     bucket (``test``: delta, p, significant, seed_wins; {} for the baseline)."""
     from transformer_jax.evaluation import bleu
-    from transformer_jax.sweeps import report
 
     out = []
     for low, high in buckets:
         keep = [i for i, s in enumerate(sources) if low <= words(s) <= high]
         cut = [_within(e, keep) for e in sets]
         base = cut[[e["setting"] for e in sets].index(baseline["setting"])]
-        tests = report.significance(cut, base) if keep else {}
+        tests = significance(cut, base) if keep else {}
         for entry in cut:
             done = [run["translations"] for run in entry["runs"]
                     if run["kind"] == "finished" and run["translations"]]
@@ -89,8 +89,8 @@ def by_length(sets: Sequence[dict[str, Any]], baseline: dict[str, Any],
                       for hyps, refs in done]
             out.append({"setting": entry["setting"], "bucket": (low, high),
                         "sentences": len(keep), "seeds": scores,
-                        "bleu": report.mean_std(scores) if keep else None,
-                        "length_ratio": report.mean_std(ratios) if keep else None,
+                        "bleu": mean_std(scores) if keep else None,
+                        "length_ratio": mean_std(ratios) if keep else None,
                         "test": tests.get(entry["setting"], {})})
     return out
 
@@ -99,8 +99,6 @@ def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
              baseline: dict[str, Any]) -> str:
     """The table: a row per setting, a column per bucket, each cell BLEU mean ± std over the
     seeds and, beside the baseline's, Δ and p of the pooled paired test."""
-    from transformer_jax.sweeps import report
-
     buckets = list(dict.fromkeys(r["bucket"] for r in rows))
     counts = {r["bucket"]: r["sentences"] for r in rows}
     lines = [f"# {definition.get('name', 'sweep')}: test BLEU by source length", "",
@@ -108,7 +106,7 @@ def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
              "words, mean ± std over the seeds; Δ and p against the baseline "
              f"**{baseline['setting']}** by the report's paired bootstrap within the bucket "
              "(the paired seeds' translations pooled, 1,000 resamples; **bold** when p < "
-             f"{report.SIGNIFICANCE_LEVEL}).", ""]
+             f"{SIGNIFICANCE_LEVEL}).", ""]
     header = ["setting", *(f"{lo}-{hi} words ({counts[(lo, hi)]})" for lo, hi in buckets)]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for setting in dict.fromkeys(r["setting"] for r in rows):

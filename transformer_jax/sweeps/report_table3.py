@@ -13,7 +13,7 @@ Each change is judged on its own figure:
   model's, tested by a paired t-test on the seeds' differences (seed s of the variant with
   seed s of the base model: the same data order), two-sided;
 * **BLEU**: the pooled test BLEU's difference and its p from sacreBLEU's paired bootstrap
-  (:func:`transformer_jax.sweeps.report.significance`).
+  (:func:`transformer_jax.sweeps.report_settings.significance`).
 
 The verdict: **agrees** when the change is significant (p < 0.05) and has the paper's sign,
 **opposite** when it is significant with the other sign, **not significant** otherwise;
@@ -29,8 +29,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from transformer_jax import config as config_lib, paper
+from transformer_jax.sweeps.report_settings import SIGNIFICANCE_LEVEL
 
-SIGNIFICANCE_LEVEL = 0.05
 AGREES, OPPOSITE, NOT_SIGNIFICANT = "agrees", "opposite", "not significant"
 AGREES_NONE, DIFFERS = "agrees (none)", "differs"
 # The columns of a run (results.csv) that hold each quantity of Table 3, at the run's scale.

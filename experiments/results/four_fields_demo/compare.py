@@ -24,7 +24,7 @@ from experiments.results.lr_warmup_protocol_demo.against_grid import (
     full_runs,
     spent,
 )
-from transformer_jax.sweeps import report
+from transformer_jax.sweeps import report_settings
 
 GRID_VALUES_A_FIELD = 3
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> dict:
         a, b = best[protocol], best[random]
         if a is None or b is None:
             continue
-        test = report.significance([b, a], b)[a["setting"]]
+        test = report_settings.significance([b, a], b)[a["setting"]]
         print(f"{protocol} against {random}: Δ test BLEU {test['delta']:+.2f}, p = "
               f"{test['p']:.3f}, higher on {test['seed_wins']}/{test['seeds']} seeds")
         out["pairs"].append({"protocol": protocol, "random": random, "test": test})

@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from transformer_jax.sweeps import report, search_status, study as study_lib
+from transformer_jax.sweeps import report, report_settings, search_status, study as study_lib
 
 GRID_RUNS = Path(__file__).parents[1] / "lr_warmup_demo" / "results.csv"
 
@@ -70,7 +70,7 @@ def pace(rows: list[dict], runs: int) -> float | None:
 def grid_best(rows: list[dict]) -> dict:
     """The setting of the lowest mean validation perplexity among the fully seeded ones of a
     root's ``rows``."""
-    sets = [s for s in report.settings(rows) if s["dev_ppl"]]
+    sets = [s for s in report_settings.settings(rows) if s["dev_ppl"]]
     most = max(s["n"] for s in sets)
     return min((s for s in sets if s["n"] == most), key=lambda s: s["dev_ppl"][0])
 
@@ -88,7 +88,7 @@ def confirmed_best(root: str) -> tuple[dict | None, dict, list[dict]]:
         return None, record, rows
     best = ranked[0]
     prefix = f"trial={best.named},"
-    (entry,) = [s for s in report.settings(rows) if s["setting"].startswith(prefix)]
+    (entry,) = [s for s in report_settings.settings(rows) if s["setting"].startswith(prefix)]
     return entry, record, rows
 
 
@@ -120,7 +120,7 @@ def main(grid_root: str, *search_roots: str) -> dict:
                   f"{cost_line(phases, cost)}")
             out["searches"][root] = {"setting": None, "met": False, **used}
             continue
-        test = report.significance([grid, entry], grid)[entry["setting"]]
+        test = report_settings.significance([grid, entry], grid)[entry["setting"]]
         within = abs(entry["dev_ppl"][0] - ppl) <= 2 * std
         met = test["p"] > 0.05 or test["delta"] >= 0
         print(f"{root}: best {entry['setting']} (n={entry['n']}): validation PPL "

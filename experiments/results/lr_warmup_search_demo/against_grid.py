@@ -13,19 +13,19 @@ from __future__ import annotations
 import json
 import sys
 
-from transformer_jax.sweeps import report
+from transformer_jax.sweeps import report, report_settings
 
 
 def best_setting(root: str) -> dict:
     """The root's setting of the lowest mean validation perplexity among fully seeded ones."""
-    sets = [s for s in report.settings(report.collect(root)[1]) if s["dev_ppl"]]
+    sets = [s for s in report_settings.settings(report.collect(root)[1]) if s["dev_ppl"]]
     most = max(s["n"] for s in sets)
     return min((s for s in sets if s["n"] == most), key=lambda s: s["dev_ppl"][0])
 
 
 def main(search_root: str, grid_root: str) -> dict:
     search, grid = best_setting(search_root), best_setting(grid_root)
-    test = report.significance([grid, search], grid)[search["setting"]]
+    test = report_settings.significance([grid, search], grid)[search["setting"]]
     out = {}
     for name, entry in (("search", search), ("grid", grid)):
         ppl, bleu = entry["dev_ppl"], entry["test_bleu"]
