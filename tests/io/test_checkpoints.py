@@ -10,7 +10,7 @@ import pytest
 
 from transformer_jax import config as config_lib
 from transformer_jax.errors import ConfigError, TrainingStopped, UserError
-from transformer_jax.io import checkpoints
+from transformer_jax.io import checkpoint_integrity, checkpoints
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training.meters import CheckpointClock
 from transformer_jax.training.step import create_train_state
@@ -180,13 +180,14 @@ def test_a_state_holding_nan_is_never_saved(tmp_path, state):
 
 
 def test_checksums_do_not_depend_on_the_layout_and_catch_one_changed_bit(state):
-    sums, finite = checkpoints.integrity(state)
+    sums, finite = checkpoint_integrity.integrity(state)
     assert finite and {"step", "params/decoder/layer_0/ffn/w1/kernel"} <= set(sums)
-    assert checkpoints.integrity(jax.tree.map(np.asarray, state)) == (sums, True)  # on host
+    on_host = jax.tree.map(np.asarray, state)
+    assert checkpoint_integrity.integrity(on_host) == (sums, True)
     params = jax.tree.map(np.array, state.params)
     params["decoder"]["layer_0"]["ffn"]["w1"]["kernel"].view(np.uint32)[3, 5] ^= 1  # one bit
-    changed = checkpoints.integrity(params)[0]
-    before = checkpoints.integrity(state.params)[0]
+    changed = checkpoint_integrity.integrity(params)[0]
+    before = checkpoint_integrity.integrity(state.params)[0]
     assert {k for k in before if changed[k] != before[k]} == {"decoder/layer_0/ffn/w1/kernel"}
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from transformer_jax import config as config_lib
 from transformer_jax.errors import TrainingStopped, UserError
-from transformer_jax.io import checkpoints, layout, workdirs
+from transformer_jax.io import checkpoint_integrity, checkpoints, layout, workdirs
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import faults, parallel, train
 from transformer_jax.training.step import checkpoint_bytes, create_train_state, make_executor
@@ -186,8 +186,8 @@ def test_a_diverged_run_stops_after_k_non_finite_steps_and_saves_no_nan(tmp_path
     template = create_train_state(config, TransformerConfig.from_config(
         config.model, ckpts.read_meta(4)["vocab_size"]), jax.random.key(0))
     first, last = (ckpts.restore(s, template)[0] for s in (1, 4))
-    assert checkpoints.integrity(last) == checkpoints.integrity(first)
-    assert checkpoints.integrity(last)[1] and int(last.step) == 0  # finite; no update
+    assert checkpoint_integrity.integrity(last) == checkpoint_integrity.integrity(first)
+    assert checkpoint_integrity.integrity(last)[1] and int(last.step) == 0  # finite; no update
     ckpts.close()
     # With train.nonfinite="skip" the same run goes on to the end.
     config.train.update(nonfinite="skip", num_steps=8)

@@ -12,7 +12,7 @@ import pytest
 from transformer_jax import config as config_lib
 from transformer_jax.config import resume
 from transformer_jax.errors import ConfigError, UserError
-from transformer_jax.io import checkpoints, layout, workdirs
+from transformer_jax.io import checkpoint_integrity, checkpoints, layout, workdirs
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import pruners, stops, studies
 from transformer_jax.training.step import create_train_state
@@ -247,7 +247,7 @@ def restorable(config, workdir, step):
         template = create_train_state(config, TransformerConfig.from_config(
             config.model, ckpts.read_meta(step)["vocab_size"]), jax.random.key(0))
         state = ckpts.restore(step, template)[0]
-        return checkpoints.integrity(state)[1] and ckpts.read_meta(step)["step"] == step
+        return checkpoint_integrity.integrity(state)[1] and ckpts.read_meta(step)["step"] == step
     finally:
         ckpts.close()
 

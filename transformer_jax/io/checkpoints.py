@@ -18,7 +18,8 @@ What a fault can and cannot do to them:
 * A checkpoint damaged on disk (a truncated or overwritten file, a missing item) fails to
   restore, or restores arrays that do not match their checksums; :meth:`restore_latest`
   reports it in one line, moves it aside to ``<step>.corrupt-<n>`` (a name orbax ignores;
-  nothing is deleted) and falls back to the previous checkpoint.
+  nothing is deleted) and falls back to the previous checkpoint. The checksums and the
+  checks of the meta item are ``checkpoint_integrity.py``'s.
 
 :meth:`Checkpoints.average_params` averages the parameters of the last N checkpoints, as the
 paper does before evaluating (the last 5 for the base model, 20 for the big one);
@@ -33,12 +34,19 @@ from typing import Any
 
 import grain
 import jax
-import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
 from transformer_jax.errors import TrainingStopped, UserError
 from transformer_jax.io import layout, storage
+from transformer_jax.io.checkpoint_integrity import (
+    CHECKSUMS,
+    CorruptCheckpoint,
+    check_meta,
+    integrity,
+    shapes,
+    verify,
+)
 
 # The paper's windows end its runs: base averages steps 94,000-100,000 (5 checkpoints 1,500
 # steps apart), big 288,600-300,000 (20, 600 apart), both after 94% of training, when the
@@ -47,11 +55,6 @@ from transformer_jax.io import layout, storage
 EARLY_FRACTION = 0.9
 
 TRASH = "deleting"  # old checkpoints are renamed into this subdirectory, then removed
-CHECKSUMS = "checksums"  # the key of the state's checksums in the meta item
-
-
-class CorruptCheckpoint(Exception):
-    """A checkpoint that does not restore whole."""
 
 
 class Checkpoints:
@@ -130,8 +133,8 @@ class Checkpoints:
             except Exception as e:  # noqa: BLE001 -- whatever a damaged file makes orbax raise
                 self._check_same_shapes(step, state_template)
                 raise CorruptCheckpoint(_first_line(e)) from e
-        _check_meta(meta)
-        _verify(restored["state"], meta.pop(CHECKSUMS, None), require_finite=True)
+        check_meta(meta)
+        verify(restored["state"], meta.pop(CHECKSUMS, None), require_finite=True)
         logging.info("restored checkpoint %s", self.directory / str(step))
         return restored["state"], meta
 
@@ -177,7 +180,7 @@ class Checkpoints:
         saved = saved_shapes(self.directory / str(step))
         if saved is None:
             return
-        wanted = _shapes(state_template)
+        wanted = shapes(state_template)
         for path in sorted(wanted.keys() & saved.keys()):
             if wanted[path] != saved[path]:
                 raise UserError(
@@ -206,8 +209,8 @@ class Checkpoints:
             raise UserError(f"checkpoint {where} is damaged: {_first_line(e)}") from e
         try:
             meta = self._read_meta(step)
-            _check_meta(meta)
-            _verify(restored, meta.get(CHECKSUMS))
+            check_meta(meta)
+            verify(restored, meta.get(CHECKSUMS))
         except CorruptCheckpoint as e:
             raise UserError(f"checkpoint {where} is damaged: {e}") from e
         return restored["params"]
@@ -219,10 +222,10 @@ class Checkpoints:
         where = self.directory / str(step)
         try:
             with ocp.StandardCheckpointer() as reader:
-                saved = _shapes(reader.metadata(where / "state").item_metadata)
+                saved = shapes(reader.metadata(where / "state").item_metadata)
         except Exception as e:  # noqa: BLE001 -- unreadable metadata: a damaged checkpoint
             raise UserError(f"checkpoint {where} is damaged: {_first_line(e)}") from e
-        for path, shape in sorted(_shapes(template).items()):
+        for path, shape in sorted(shapes(template).items()):
             if path not in saved:
                 raise UserError(f"checkpoint {where} holds no {path}: it is damaged, or was "
                                 "written by another model than the config's (an edited "
@@ -313,7 +316,7 @@ def saved_shapes(checkpoint: storage.PathLike) -> dict[str, tuple[int, ...]] | N
             tree = reader.metadata(storage.path(checkpoint) / "state").item_metadata
     except Exception:  # noqa: BLE001 -- unreadable metadata: a damaged checkpoint
         return None
-    return None if tree is None else _shapes(tree)
+    return None if tree is None else shapes(tree)
 
 
 def early_span(steps: list[int]) -> str | None:
@@ -324,88 +327,6 @@ def early_span(steps: list[int]) -> str | None:
     return (f"the averaged checkpoints (steps {', '.join(map(str, steps))}) reach back to "
             f"{steps[0] / steps[-1]:.0%} of step {steps[-1]}, an early part of training; the "
             f"paper's span its last 4-6% of steps (--average=1 takes the latest alone)")
-
-
-# ----------------------------------------------------------------------------------------
-# Integrity: checksums and finiteness of a state
-
-
-def _leaf_checksum(x: jax.Array) -> jax.Array:
-    """sum_i bits(x_i) * (2i + 1) mod 2^32 over the flattened array.
-
-    Integer sums do not depend on the order of summation, so the checksum is the same
-    however the array is sharded; a changed element changes it (odd factors are invertible
-    mod 2^32), and moved elements almost surely do.
-    """
-    if x.dtype == jnp.bool_:
-        bits = x.astype(jnp.uint32)
-    else:
-        width = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[x.dtype.itemsize]
-        bits = jax.lax.bitcast_convert_type(x, width).astype(jnp.uint32)
-    index = jnp.arange(x.size, dtype=jnp.uint32).reshape(x.shape)
-    return jnp.sum(bits * (2 * index + 1), dtype=jnp.uint32)
-
-
-@jax.jit
-def _integrity(leaves: list[jax.Array]) -> tuple[list[jax.Array], jax.Array]:
-    finite = [jnp.all(jnp.isfinite(x)) for x in leaves
-              if jnp.issubdtype(x.dtype, jnp.inexact)]
-    return [_leaf_checksum(x) for x in leaves], jnp.all(jnp.stack(finite or [jnp.True_]))
-
-
-def _path(path: tuple) -> str:
-    return jax.tree_util.keystr(path, simple=True, separator="/")
-
-
-def integrity(tree: Any) -> tuple[dict[str, int], bool]:
-    """({leaf path: checksum}, whether every float is finite) of a pytree of arrays (host,
-    device or sharded over several processes)."""
-    paths, leaves = zip(*jax.tree_util.tree_leaves_with_path(tree), strict=True)
-    sums, finite = _integrity([jnp.asarray(x) if isinstance(x, np.ndarray | np.generic)
-                               else x for x in leaves])
-    return {_path(p): int(np.asarray(s)) for p, s in zip(paths, sums, strict=True)}, bool(
-        np.asarray(finite))
-
-
-def _verify(tree: Any, expected: dict[str, int] | None, require_finite: bool = False) -> None:
-    """Raises CorruptCheckpoint if a leaf of ``tree`` does not match its checksum in
-    ``expected`` (checkpoints written before checksums were kept have none) or, with
-    ``require_finite``, if it holds NaN or Inf."""
-    checksums, finite = integrity(tree)
-    for path, value in checksums.items():
-        if expected is not None and path in expected and expected[path] != value:
-            raise CorruptCheckpoint(f"{path} does not match the checksum saved with it")
-    if require_finite and not finite:
-        raise CorruptCheckpoint("the state holds NaN or Inf")
-
-
-# The counts a run writes into a checkpoint's meta (training/train.py, training/stops.py),
-# and its one figure that may be missing: read back on resume, so checked here.
-META_COUNTS = ("step", "vocab_size", "skipped_long_pairs", "nonfinite_steps",
-               "nonfinite_in_a_row", "divergence_in_a_row")
-META_FIGURES = ("divergence_best",)
-
-
-def _check_meta(meta: dict[str, Any]) -> None:
-    """CorruptCheckpoint when the meta item holds a count that is not an integer >= 0, a
-    figure that is not a number (or null), or checksums that are not integers by name."""
-    for key in META_COUNTS:
-        value = meta.get(key, 0)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise CorruptCheckpoint(f"meta: {key}={str(value)[:40]!r} is not a count")
-    for key in META_FIGURES:
-        value = meta.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise CorruptCheckpoint(f"meta: {key}={str(value)[:40]!r} is not a number")
-    sums = meta.get(CHECKSUMS)
-    if sums is not None and (not isinstance(sums, dict) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in sums.values())):
-        raise CorruptCheckpoint(f"meta: {CHECKSUMS} are not integers by array")
-
-
-def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
-    return {_path(p): tuple(x.shape) for p, x in jax.tree_util.tree_leaves_with_path(tree)
-            if hasattr(x, "shape")}
 
 
 def _first_line(e: BaseException, limit: int = 200) -> str:
