@@ -18,14 +18,14 @@ from transformer_jax.io import layout
 
 
 def main(argv: list[str], flags: dict[str, Any]) -> None:
-    from transformer_jax.analysis import pictures
+    from transformer_jax.analysis import attention_read, pictures
     from transformer_jax.io import storage
 
     cli.no_extra_args(argv)
     with cli.clean_errors():
         if not flags["src"].value.strip():
             raise UserError("--src is empty; give a sentence to run through the model")
-        model = pictures.load_model(flags["workdir"].value)
+        model = attention_read.load_model(flags["workdir"].value)
         logging.info("loaded step %d of %s", model.step, flags["workdir"].value)
         workdir = flags["workdir"].value
         out = flags["out"].value or os.fspath(storage.path(workdir) / layout.PICTURES)

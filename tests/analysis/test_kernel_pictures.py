@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tests.model.test_sparse_attention import HAND_CAUSAL, HAND_MASK, HAND_SEGMENTS
-from transformer_jax.analysis import kernel_pictures, pictures
+from transformer_jax.analysis import attention_read, kernel_pictures, pictures
 from transformer_jax.analysis.kernel_pictures import GLOBAL, HIDDEN, WINDOW
 from transformer_jax.model import masks
 from transformer_jax.model.positions import rotary
@@ -82,9 +82,9 @@ def test_the_model_pictures_and_the_page_show_them(tmp_path):
     for name in ("sparse_mask.png", "rotary_similarity.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rng = np.random.default_rng(0)
-    sentence = pictures.SentenceAttention(
+    sentence = attention_read.SentenceAttention(
         "a b", "c d", ["a", "b"], ["c", "d"],
-        {kind: [rng.random((2, 2, 2))] for kind in pictures.KINDS})
+        {kind: [rng.random((2, 2, 2))] for kind in attention_read.KINDS})
     page = pictures.render_page(sentence, {}, written)
     payload = page.split('<script id="data" type="application/json">', 1)[1].split(
         "</script>", 1)[0]

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from transformer_jax.analysis import pictures as visualize
+from transformer_jax.analysis import attention_read, pictures as visualize
 from transformer_jax.data.batching import pad_batch
 from transformer_jax.errors import UserError
 from transformer_jax.model.params import init_params
@@ -41,7 +41,7 @@ def run(tmp_path_factory, builtin_data_dir):
 
 @pytest.fixture(scope="module")
 def model(run):
-    return visualize.load_model(run)
+    return attention_read.load_model(run)
 
 
 @pytest.mark.slow
@@ -54,7 +54,7 @@ def test_load_model_rebuilds_the_run(model):
 
 def test_load_model_names_what_is_missing(tmp_path):
     with pytest.raises(UserError, match=r"config\.json: no such file"):
-        visualize.load_model(tmp_path)
+        attention_read.load_model(tmp_path)
 
 
 @pytest.mark.slow
@@ -65,7 +65,7 @@ def test_rows_sum_to_one_and_masked_positions_get_zero_weight(model):
     src = [tok.encode(s) for s, _ in pairs]
     tgt = [tok.encode(t) for _, t in pairs]
     s_len, t_len = max(map(len, src)) + 3, max(map(len, tgt)) + 3  # padding in every row
-    weights = visualize.attention_weights(model.params, model.model_config,
+    weights = attention_read.attention_weights(model.params, model.model_config,
                                           pad_batch(src, s_len), pad_batch(tgt, t_len))
     assert set(weights) == {"encoder_self", "decoder_self", "decoder_cross"}
     for kind, layers in weights.items():
@@ -86,10 +86,10 @@ def test_rows_sum_to_one_and_masked_positions_get_zero_weight(model):
 
 @pytest.mark.slow
 def test_sentence_labels_follow_the_decoder_shift(model):
-    sentence = visualize.read_sentence(model.params, model.model_config, model.tokenizer,
+    sentence = attention_read.read_sentence(model.params, model.model_config, model.tokenizer,
                                        "The dog sleeps.", "Der Hund schläft.")
     rows, cols = sentence.labels("decoder_self")
-    assert rows[-1] == "</s>" and cols[0] == visualize.START and cols[1:] == rows[:-1]
+    assert rows[-1] == "</s>" and cols[0] == attention_read.START and cols[1:] == rows[:-1]
     rows, cols = sentence.labels("decoder_cross")
     assert cols == sentence.source_tokens and cols[-1] == "</s>"
     assert sentence.weights["decoder_cross"][0].shape == (HEADS, len(rows), len(cols))
@@ -102,7 +102,7 @@ def test_training_ends_with_pictures_of_every_layer_and_kind(run):
                  "quadratic_bill.md", "quadratic_bill.csv"):
         assert (pictures / name).stat().st_size > 0, name
     sentence = pictures / f"test_{SENTENCE}"
-    expected = {f"{kind}_attention_layer_{i}.png" for kind in visualize.KINDS
+    expected = {f"{kind}_attention_layer_{i}.png" for kind in attention_read.KINDS
                 for i in range(LAYERS)} | {"causal_mask.png", "attention.html"}
     assert {p.name for p in sentence.iterdir()} == expected
     for name in expected - {"attention.html"}:
@@ -120,7 +120,7 @@ def test_a_sentence_outside_the_test_split_is_refused(run, model, builtin_data_d
 
 @pytest.mark.slow
 def test_every_grid_has_one_panel_per_head(model, tmp_path):
-    sentence = visualize.read_sentence(model.params, model.model_config, model.tokenizer,
+    sentence = attention_read.read_sentence(model.params, model.model_config, model.tokenizer,
                                        "The dog sleeps.", "Der Hund schläft.")
     written = visualize.write_sentence_pictures(tmp_path, sentence)
     grids = {p.name: n for p, n in written.items() if "_attention_layer_" in p.name}
@@ -197,9 +197,9 @@ def page(tmp_path_factory):
     params = init_params(config, jax.random.key(0))
     source = ["\u2581The", "\u2581dog", "\u2581sleeps", ".", "</s>"]
     target = ["\u2581Der", "\u2581Hund", "\u2581schl\u00e4ft", ".", "</s>"]
-    weights = visualize.attention_weights(params, config, np.asarray([[5, 6, 7, 8, 1]]),
+    weights = attention_read.attention_weights(params, config, np.asarray([[5, 6, 7, 8, 1]]),
                                           np.asarray([[9, 10, 11, 8, 1]]))
-    sentence = visualize.SentenceAttention(
+    sentence = attention_read.SentenceAttention(
         "The dog sleeps.", "Der Hund schl\u00e4ft.", source, target,
         {kind: [w[0] for w in layers] for kind, layers in weights.items()})
     out = tmp_path_factory.mktemp("page")

@@ -19,7 +19,8 @@ rotary positions), ``sparse_mask.png`` (local + global attention's mask, kernel_
 ``quadratic_bill.{png,md,csv}``; the page shows these too.
 
 Figures are drawn with matplotlib's object API (``Figure``, rendered by Agg), never pyplot, so
-no display and no global figure state is involved.
+no display and no global figure state is involved. The attention they draw is read out of the
+model by attention_read.py.
 
 Decoder rows are labelled with the token each row *writes*: row i reads decoder input i
 (the output token i - 1, or ``<start>``) and predicts output token i.
@@ -28,8 +29,6 @@ Decoder rows are labelled with the token each row *writes*: row i reads decoder 
 from __future__ import annotations
 
 import base64
-import dataclasses
-import functools
 import html
 import json
 import logging
@@ -39,116 +38,28 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from matplotlib.figure import Figure
 
 from transformer_jax.analysis import attention_cost, kernel_pictures
-from transformer_jax.config import resume
+from transformer_jax.analysis.attention_read import (
+    KINDS,
+    START,
+    LoadedModel,
+    SentenceAttention,
+    read_sentence,
+)
 from transformer_jax.data import sources
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.decoding import decode
 from transformer_jax.errors import DataError, UserError
-from transformer_jax.evaluation import restore, translation
+from transformer_jax.evaluation import translation
 from transformer_jax.io import layout, storage
 from transformer_jax.model import masks
 from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.model.transformer import Transformer, sinusoidal_positions
-
-# kind -> (stack, sub-module, title, axes), in the order of the paper's Figure 1.
-KINDS: dict[str, tuple[str, str, str, str]] = {
-    "encoder_self": ("encoder", "self_attention", "encoder self-attention",
-                     "rows: source tokens (queries), columns: source tokens (keys)"),
-    "decoder_self": ("decoder", "self_attention", "decoder masked self-attention",
-                     "rows: output tokens, columns: decoder inputs (outputs shifted right)"),
-    "decoder_cross": ("decoder", "cross_attention", "decoder cross-attention",
-                      "rows: output tokens, columns: source tokens"),
-}
-START = "<start>"  # the decoder's first input (token id 0)
-
-
-# ----------------------------------------------------------------------------------------
-# Loading a run and reading its attention out
-
-
-@dataclasses.dataclass
-class LoadedModel:
-    """A workdir's latest parameters with what is needed to run them."""
-
-    config: ml_collections.ConfigDict
-    model_config: TransformerConfig
-    params: Any
-    tokenizer: Tokenizer
-    step: int
-
-
-def load_model(workdir: str | os.PathLike) -> LoadedModel:
-    """Rebuilds the model of ``workdir`` (config.json + the checkpoint's vocabulary size) and
-    restores the latest checkpoint's parameters."""
-    config = resume.workdir_config(workdir)
-    loaded = restore.load_workdir(workdir, config)
-    return LoadedModel(config, loaded.model_config.replace(deterministic=True), loaded.params,
-                       loaded.tokenizer, loaded.steps[-1])
-
-
-@functools.partial(jax.jit, static_argnames=("model_config",))
-def _sown_weights(variables: Any, inputs: jax.Array, targets: jax.Array, *,
-                  model_config: TransformerConfig) -> Any:
-    model = Transformer(model_config.replace(deterministic=True, decode=False))
-    _, state = model.apply(variables, inputs, targets, mutable=["intermediates"])
-    return state["intermediates"]
-
-
-def attention_weights(model_params: Any, model_config: TransformerConfig, inputs: np.ndarray,
-                      targets: np.ndarray) -> dict[str, list[np.ndarray]]:
-    """Teacher-forced attention weights of every layer and head.
-
-    Args:
-      inputs: [b, s] source ids, 0-padded; targets: [b, t] target ids, 0-padded.
-    Returns:
-      {kind: [layer 0, layer 1, ...]} with each layer [b, heads, q, k]: encoder self [b, h,
-      s, s], decoder self [b, h, t, t], decoder cross [b, h, t, s].
-    """
-    sown = _sown_weights({"params": model_params}, jnp.asarray(inputs), jnp.asarray(targets),
-                         model_config=model_config)
-    return {kind: [np.asarray(sown[stack][f"layer_{i}"][module]["attention_weights"][0])
-                   for i in range(model_config.num_layers)]
-            for kind, (stack, module, _, _) in KINDS.items()}
-
-
-@dataclasses.dataclass
-class SentenceAttention:
-    """One sentence pair's attention: ``weights[kind][layer]`` is [heads, q, k]."""
-
-    source: str
-    target: str
-    source_tokens: list[str]
-    target_tokens: list[str]
-    weights: dict[str, list[np.ndarray]]
-
-    def labels(self, kind: str) -> tuple[list[str], list[str]]:
-        """(row labels, column labels) of a kind of attention."""
-        if kind == "encoder_self":
-            return self.source_tokens, self.source_tokens
-        if kind == "decoder_self":
-            return self.target_tokens, [START] + self.target_tokens[:-1]
-        return self.target_tokens, self.source_tokens
-
-
-def read_sentence(model_params: Any, model_config: TransformerConfig, tokenizer: Tokenizer,
-                  source: str, target: str) -> SentenceAttention:
-    """Runs one pair through the model (both ending in EOS) and keeps its attention."""
-    src, tgt = tokenizer.encode(source), tokenizer.encode(target)
-    if len(src) > model_config.max_len or len(tgt) > model_config.max_len:
-        raise UserError(f"the sentence has {max(len(src), len(tgt))} tokens; the model "
-                        f"takes at most model.max_len={model_config.max_len}")
-    weights = attention_weights(model_params, model_config, np.asarray([src]),
-                                np.asarray([tgt]))
-    return SentenceAttention(source, target, tokenizer.pieces(src), tokenizer.pieces(tgt),
-                             {k: [w[0] for w in layers] for k, layers in weights.items()})
-
+from transformer_jax.model.transformer import sinusoidal_positions
 
 # ----------------------------------------------------------------------------------------
 # Pictures
