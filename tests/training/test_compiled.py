@@ -56,7 +56,7 @@ from transformer_jax import config as config_lib
 from transformer_jax.decoding import decode
 from transformer_jax.errors import UserError
 from transformer_jax.model import params as params_lib
-from transformer_jax.training import accelerators, compiled
+from transformer_jax.training import accelerators, compiled, hlo
 
 from ..needs import require
 
@@ -248,7 +248,7 @@ def test_cached_decoder_step_compiles_for_h100(cuda):
     step = jax.jit(lambda p, c, e, s, t: decode.decode_step(p, mc, c, e, s, t))
     with jax_config.enable_compilation_cache(False):
         executable = step.lower(params, cache, encoded, segments, tokens).compile(NO_AUTOTUNE)
-    modules = compiled.hlo_modules(executable)
+    modules = hlo.hlo_modules(executable)
     rows, d, n = SENTENCES * beams, mc.d_model, mc.num_layers
     # A decoder layer's products for one token: self-attention's q, k, v and output (4 d^2),
     # cross-attention's query and output (2 d^2; its keys and values are cached), the
@@ -256,11 +256,11 @@ def test_cached_decoder_step_compiles_for_h100(cuda):
     # over the source's positions (q.k and the weighted sum, d_k + d_v a head).
     per_row = (n * (6 * d * d + 2 * d * mc.d_ff) + mc.vocab_size * d
                + n * mc.num_heads * (mc.d_k + mc.d_v) * SOURCE_LEN)
-    assert compiled.matmul_flops(modules) == pytest.approx(2 * rows * per_row, rel=0.02)
+    assert hlo.matmul_flops(modules) == pytest.approx(2 * rows * per_row, rel=0.02)
     # Self-attention over the cache has one query a hypothesis: XLA computes each of its two
     # products as a multiply and a sum, not a matrix product; XLA's own count has them.
     over_cache = 2 * rows * n * mc.num_heads * (mc.d_k + mc.d_v) * OUTPUT_LEN
-    everything = compiled.xla_flops(modules)
+    everything = hlo.xla_flops(modules)
     assert 2 * rows * per_row + over_cache <= everything
     assert everything <= 1.05 * (2 * rows * per_row + over_cache)
     memory = executable.memory_analysis()

@@ -11,14 +11,8 @@ slots a micro-batch, ``optim.grad_accum_steps`` micro-batches a step (one progra
 runs them in a loop: its FLOPs are the whole optimizer step's).
 
 Memory a device is XLA's buffer assignment (``memory_analysis``): arguments (the state and
-the batch) + outputs - what outputs share with donated arguments + temporaries. FLOPs are
-counted from the compiled module's matrix products (``dot`` instructions, the GPU's cuBLAS
-calls, the convolutions a TPU turns them into), which is what
-:mod:`transformer_jax.model.params` counts (6 FLOPs a parameter a token, and attention's two
-products); XLA's own cost analysis is given beside it, with the
-elementwise work too. ``Compiled.cost_analysis()`` gives nothing for a compile-only GPU
-executable, so that figure is XLA's HLO cost analysis of the compiled module run through the
-CPU client.
+the batch) + outputs - what outputs share with donated arguments + temporaries. FLOPs and
+collectives are read from the compiled modules (:mod:`transformer_jax.training.hlo`).
 """
 
 from __future__ import annotations
@@ -27,7 +21,6 @@ import dataclasses
 import json
 import logging
 import math
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,6 +33,7 @@ from transformer_jax.data import batching
 from transformer_jax.errors import UserError
 from transformer_jax.model import params as params_lib
 from transformer_jax.model.losses import BATCH_FIELDS
+from transformer_jax.training.hlo import all_reduced_elements, hlo_modules, matmul_flops, xla_flops
 from transformer_jax.training.step import create_train_state, make_executor
 
 # Memory a device's allocator may hand out that a compiled step may plan to use: XLA's
@@ -51,8 +45,6 @@ HEADROOM = 0.10
 # JAX's GPU allocator takes this fraction of a GPU's memory unless
 # XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise (TPUs give XLA their whole HBM).
 DEFAULT_GPU_MEM_FRACTION = 0.75
-# cuBLAS's matrix products as the GPU compiler writes them (custom calls).
-GEMM_CALLS = ("__cublas$gemm", "__cublas$lt$matmul", "__cublas$lt$matmul$f8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,125 +166,6 @@ def memory_of(compiled: Any, state: Any, config: ml_collections.ConfigDict,
                   code=m.generated_code_size_in_bytes,
                   parameters=_state_bytes(state.params, num_devices, mp, kind),
                   optimizer=_state_bytes(state.opt_state, num_devices, mp, kind))
-
-
-def hlo_modules(compiled: Any) -> list[Any]:
-    return compiled.runtime_executable().hlo_modules()
-
-
-def _dims(shape: Any) -> tuple[int, ...]:
-    return tuple(shape.dimensions())
-
-
-def _contracting(text: str, key: str) -> list[int]:
-    """Dimension numbers of ``key`` in an instruction's text (HLO attribute or JSON)."""
-    match = re.search(rf"{key}=\{{([\d,]*)\}}", text)
-    if match:
-        return [int(d) for d in match.group(1).split(",") if d]
-    match = re.search(rf'"{key}ensions"\s*:\s*\[([^\]]*)\]', text)
-    if match:
-        return [int(d.strip().strip('"')) for d in match.group(1).split(",") if d.strip()]
-    raise ValueError(f"no {key} in {text[:200]}")
-
-
-_CALLS = re.compile(r"\b(calls|to_apply|body|condition)=%?([\w.\-]+)")
-_CALL_LISTS = re.compile(r"\b(?:branch_computations|called_computations)=\{([^}]*)\}")
-
-
-def _trip_counts(module: Any) -> dict[str, int]:
-    """{computation name: how many times a step runs it}: a while loop's body runs its known
-    trip count times its caller's count, and whatever a computation calls (fusions, calls,
-    reductions, branches) as often as the computation itself. A computation nobody calls
-    (the entry) runs once; a loop without a known trip count is counted once."""
-    calls: dict[str, list[tuple[str, int]]] = {}  # callee: [(caller, times a caller's run)]
-    names = []
-    for computation in module.computations():
-        names.append(computation.name)
-        for instruction in computation.instructions():
-            text = instruction.to_string()
-            trips = 1
-            if instruction.opcode.name == "kWhile":
-                found = re.search(r'"known_trip_count":\{"n":"(\d+)"', text)
-                trips = int(found.group(1)) if found else 1
-            for key, callee in _CALLS.findall(text):
-                calls.setdefault(callee, []).append(
-                    (computation.name, trips if key == "body" else 1))
-            for group in _CALL_LISTS.findall(text):
-                for callee in re.findall(r"%?([\w.\-]+)", group):
-                    calls.setdefault(callee, []).append((computation.name, 1))
-    counts: dict[str, int] = {}
-
-    def count(name: str, seen: frozenset = frozenset()) -> int:
-        if name not in counts:
-            callers = [(c, t) for c, t in calls.get(name, []) if c not in seen]
-            counts[name] = (sum(count(c, seen | {name}) * t for c, t in callers)
-                            if callers else 1)
-        return counts[name]
-
-    return {name: count(name) for name in names}
-
-
-def matmul_flops(modules: Sequence[Any]) -> float:
-    """FLOPs of the matrix products of compiled HLO modules (one device's program): 2 x the
-    output's elements x the contracted size, for every ``dot``, cuBLAS call and convolution
-    (a TPU compiles its products to convolutions), times the trip count of a loop body it
-    sits in (however deeply: a fusion inside a loop's body runs as often as the body)."""
-    total = 0.0
-    for module in modules:
-        trips = _trip_counts(module)
-        for computation in module.computations():
-            repeat = trips.get(computation.name, 1)
-            for instruction in computation.instructions():
-                opcode = instruction.opcode.name
-                text = None
-                if opcode == "kConvolution":  # a TPU's matrix products
-                    text = instruction.to_string()
-                    labels = re.search(r"dim_labels=\w+_(\w+)->", text).group(1)
-                    rhs = _dims(instruction.operands()[1].shape)
-                    # Each output element sums the kernel's entries of one output feature.
-                    total += (repeat * 2.0 * math.prod(_dims(instruction.shape))
-                              * math.prod(rhs) / rhs[labels.index("o")])
-                    continue
-                if opcode == "kDot":
-                    text = instruction.to_string()
-                    key = "lhs_contracting_dims"
-                elif opcode == "kCustomCall":
-                    text = instruction.to_string()
-                    if not any(f'custom_call_target="{t}"' in text for t in GEMM_CALLS):
-                        continue
-                    key = "lhs_contracting_dim"
-                else:
-                    continue
-                lhs = _dims(instruction.operands()[0].shape)
-                out = instruction.shape
-                if out.is_tuple():  # cuBLAS returns (result, workspace)
-                    out = out.tuple_shapes()[0]
-                contracted = math.prod(lhs[d] for d in _contracting(text, key))
-                total += repeat * 2.0 * math.prod(_dims(out)) * contracted
-    return total
-
-
-def xla_flops(modules: Sequence[Any]) -> float:
-    """XLA's HLO cost analysis of the modules (every instruction), run by the CPU client."""
-    from jax._src.lib import _jax
-
-    client = jax.devices("cpu")[0].client
-    return sum(_jax.hlo_module_cost_analysis(client, m).get("flops", 0.0) for m in modules)
-
-
-ALL_REDUCES = ("kAllReduce", "kAllReduceStart")
-
-
-def all_reduced_elements(modules: Sequence[Any]) -> int:
-    """Elements the modules' all-reduces sum over devices (each operand's elements, once)."""
-    total = 0
-    for m in modules:
-        for c in m.computations():
-            for i in c.instructions():
-                if i.opcode.name in ALL_REDUCES:
-                    total += sum(math.prod(_dims(o.shape)) for o in i.operands()
-                                 if o.shape.is_array())
-    return total
 
 
 def train_step(config: ml_collections.ConfigDict, devices: Sequence[jax.Device],
