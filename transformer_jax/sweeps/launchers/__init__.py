@@ -22,44 +22,20 @@ the sweep reads instead of asking which launcher it has:
 Adding one is one module here (or in a directory named by the environment variable
 ``TRANSFORMER_JAX_LAUNCHERS``, several separated by ``os.pathsep``) that defines
 ``LAUNCHER``; ``--launcher`` offers it by its module's name (the mechanism is
-:class:`transformer_jax.plugins.Registry`'s).
+:class:`transformer_jax.plugins.Registry`'s). A point to start is a ``Job``; how a ``RUNS``
+launcher runs one here is ``_run.py``'s.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import os
 import shlex
-import subprocess
-import time
 from typing import Any
 
-import ml_collections
-
 from transformer_jax import plugins
-from transformer_jax.io import storage, workdirs
-from transformer_jax.sweeps import records
 from transformer_jax.sweeps.experiment import Point, Sweep
-from transformer_jax.sweeps.vocab import share_vocabulary
+from transformer_jax.sweeps.launchers._run import Job, run_here
 
 RUNS, SUBMITS, WRITES = "runs", "submits", "writes"
-
-
-@dataclasses.dataclass(frozen=True)
-class Job:
-    """One point to start: its ``command`` (from :meth:`Launcher.command`), its workdir, its
-    config, the head of its sweep_point.json, the sweep's root, and its place among the
-    points started (``index`` of ``total``)."""
-
-    point: Point
-    workdir: storage.Path
-    command: list[str]
-    config: ml_collections.ConfigDict
-    header: dict[str, Any]
-    root: storage.Path
-    index: int = 0
-    total: int = 1
 
 
 class Launcher:
@@ -120,41 +96,3 @@ REGISTRY = plugins.Registry(__name__, "TRANSFORMER_JAX_LAUNCHERS", "--launcher",
                             traits="LAUNCHER", needs=(plugins.Need("LAUNCHER", Launcher),),
                             make=lambda entry: entry.traits)
 names, get, having = REGISTRY.names, REGISTRY.get, REGISTRY.having
-
-
-def run_here(job: Job, trains_here: bool) -> str:
-    """Runs one point's command here and waits for it. When it trains here its output is
-    appended to ``WORKDIR/train.log`` (otherwise it goes to the console, the workdir being
-    on the workers' storage) and the attempt is recorded. In a bucket the output passes
-    through this process, which rewrites the log object as it grows (``storage.LineLog``)."""
-    cmd, workdir = job.command, job.workdir
-    logging.info("[%d/%d] %s: %s", job.index + 1, job.total, job.point.label, shlex.join(cmd))
-    if trains_here:
-        workdir.mkdir(parents=True, exist_ok=True)
-        share_vocabulary(job.root, workdir, job.config)
-    start, started = time.time(), workdirs.now()
-    if not trains_here:
-        proc = subprocess.Popen(cmd)
-    elif storage.is_remote(workdir):
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        with storage.LineLog(workdir / "train.log") as log:
-            for line in proc.stdout:
-                log.write(line)
-                log.flush()
-    else:
-        with open(workdir / "train.log", "a") as log:
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    # wait4 gives the child's CPU time as well as its exit status.
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = returncode = os.waitstatus_to_exitcode(status)
-    wall = time.time() - start
-    attempt = {"started": started, "wall_s": round(wall, 1),
-               "cpu_s": round(usage.ru_utime + usage.ru_stime, 1), "returncode": returncode,
-               "command": cmd, "machine": workdirs.machine()}
-    if trains_here:
-        records.record_attempt(workdir, job.header, attempt)
-    result = "finished" if returncode == 0 else f"failed (exit {returncode})"
-    where = f"; log: {workdir / 'train.log'}" if trains_here and returncode else ""
-    logging.info("%s: %s in %.0f s (%.0f CPU s)%s", job.point.label, result, wall,
-                 attempt["cpu_s"], where)
-    return result

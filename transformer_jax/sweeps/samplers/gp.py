@@ -4,7 +4,8 @@ below a few hundred trials of numeric parameters; it needs PyTorch."""
 
 import optuna
 
-from transformer_jax.sweeps.samplers import Budget, Sampler, Staged, quiet
+from transformer_jax.sweeps.samplers import Budget, Sampler
+from transformer_jax.sweeps.samplers._optuna import Sobol, Staged, quiet
 
 
 class Gp(Sampler):
@@ -14,7 +15,7 @@ class Gp(Sampler):
 
     def make(self, seed: int, budget: Budget) -> optuna.samplers.BaseSampler:
         model = quiet(optuna.samplers.GPSampler, seed=seed, n_startup_trials=0)
-        return Staged(model, budget, seed)
+        return Staged(model, budget.startup, Sobol(budget.dimensions, budget.seed))
 
     def describe(self, budget: Budget) -> str:
         return f"gp after {budget.startup} Sobol start-up trials of {budget.trials}"

@@ -8,7 +8,8 @@ sample beside the same best trial). Its start-up trials are Sobol points, not ra
 
 import optuna
 
-from transformer_jax.sweeps.samplers import Budget, Sampler, Staged, quiet
+from transformer_jax.sweeps.samplers import Budget, Sampler
+from transformer_jax.sweeps.samplers._optuna import Sobol, Staged, quiet
 
 
 class Tpe(Sampler):
@@ -17,7 +18,7 @@ class Tpe(Sampler):
     def make(self, seed: int, budget: Budget) -> optuna.samplers.BaseSampler:
         model = quiet(optuna.samplers.TPESampler, seed=seed, n_startup_trials=0,
                       multivariate=True, group=True, constant_liar=True)
-        return Staged(model, budget, seed)
+        return Staged(model, budget.startup, Sobol(budget.dimensions, budget.seed))
 
     def describe(self, budget: Budget) -> str:
         return (f"tpe (multivariate, constant liar) after {budget.startup} Sobol start-up "
