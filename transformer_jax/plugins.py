@@ -147,7 +147,13 @@ class Registry[E]:
         if name not in known:
             raise ConfigError(f"{self.label(name)} is not one of {', '.join(known)}")
         alias = self.aliases.get(name, Alias(name))
-        module = importlib.import_module(f"{self.package}.{alias.of}")
+        try:
+            module = importlib.import_module(f"{self.package}.{alias.of}")
+        except Exception as e:  # an entry file of the user's that does not import
+            where = getattr(e, "filename", None) or alias.of
+            why = shown(str(e).splitlines()[0] if str(e) else "")
+            raise ConfigError(f"{self.label(name)}: {where} cannot be imported: "
+                              f"{type(e).__name__}: {why}") from None
         traits = getattr(module, self.traits, None) if self.traits else None
         needed = [n for n in self.needs if not n.trait or getattr(traits, n.trait, False)]
         if not all(need.met_by(module) for need in needed):

@@ -344,7 +344,7 @@ def added_kernels(tmp_path, monkeypatch):
     directory = write_kernels(tmp_path / "kernels")
     monkeypatch.setattr(kernels, "__path__", [*kernels.__path__, str(directory)])
     yield directory
-    for name in ("toy", "toy_padding", "no_traits"):
+    for name in ("toy", "toy_padding", "no_traits", "typo"):
         sys.modules.pop(f"{kernels.__name__}.{name}", None)
         if hasattr(kernels, name):
             delattr(kernels, name)
@@ -376,6 +376,14 @@ def test_a_kernel_file_in_a_searched_directory_is_found_by_name(added_kernels, m
     with pytest.raises(ConfigError, match=r"^model.attention='no_traits': .*no_traits.py must "
                        "define TRAITS"):
         kernels.get("no_traits")
+    # A file that does not import is refused in one line naming the file and the error.
+    typo = added_kernels.parent / "typo"
+    typo.mkdir()
+    (typo / "typo.py").write_text("TRAITS = Traits(\n")
+    monkeypatch.setattr(kernels, "__path__", [*kernels.__path__, str(typo)])
+    with pytest.raises(ConfigError, match=r"^model.attention='typo': .*typo.py cannot be "
+                       r"imported: SyntaxError: [^\n]*$"):
+        kernels.get("typo")
 
 
 def logged_losses(workdir):
