@@ -86,14 +86,14 @@ def test_validation_bleu_is_at_the_last_step_after_overrides():
     ("C_ff1024", {"d_ff": 256}), ("C_ff4096", {"d_ff": 1024}),
     ("B_dk16", {"d_k": 4}), ("B_dk32", {"d_k": 8}),
     ("D_drop02", {"dropout_rate": 0.2}), ("E_learned", {"positions": "learned"}),
-    ("big", {"d_model": 256, "d_ff": 1024, "num_heads": 16, "dropout_rate": 0.3}),
+    ("big", {"d_model": 256, "d_ff": 1024, "num_heads": 16}),  # and the paper's EN-FR P_drop
 ])
 def test_demo_scale_keeps_each_variants_ratio_to_the_base_model(variant, changed):
     sweep = Sweep("t", "configs/table3.py", hyper.sweep("variant", ["base", variant]))
     base, c = (point_config(sweep, p, "demo")[0] for p in sweep.points())
     differs = {k: v for k, v in c.model.to_dict().items() if base.model[k] != v}
     assert differs == changed
-    assert c.train.num_steps == (1350 if variant == "big" else 450)  # big trains 3x longer
+    assert c.train.num_steps == (600 if variant == "big" else 450)  # big: ~3x base's CPU
 
 
 def test_table3_rows_cover_rows_a_to_e_each_with_the_base_model():

@@ -46,8 +46,9 @@ def apply_scale(c: ml_collections.ConfigDict, scale: str) -> ml_collections.Conf
 
     Each field of the scale's ``base`` becomes the config's value times the scale's ratio to
     the base model (d_model 128/512 at demo scale: C_d1024 becomes 256, d_k and d_v scale with
-    d_model, big's 300K steps become 1,350); the number of heads stays the variant's, so row A
-    keeps h * d_k = d_model. Then the scale's data, batch and schedule settings.
+    d_model, 300K steps become 1,350); the number of heads stays the variant's, so row A keeps
+    h * d_k = d_model. Then the scale's data, batch and schedule settings, and last the
+    variant's own settings at this scale (``Variant.scales``: big's steps and P_drop at demo).
     """
     if scale not in SCALES:
         raise ConfigError(f"unknown scale {scale!r}; known: {', '.join(SCALES)}")
@@ -60,6 +61,8 @@ def apply_scale(c: ml_collections.ConfigDict, scale: str) -> ml_collections.Conf
         if value:  # 0 stays 0 (d_k, d_v derived as d_model // num_heads)
             set_field(c, path, max(1, round(value * ratio)))
     apply_all(c, s.overrides, f"scale {scale}")
+    apply_all(c, VARIANTS[c.variant].scales.get(scale, {}),
+              f"variant {c.variant} at scale {scale}")
     c.scale = scale
     return c
 
