@@ -17,7 +17,7 @@ from transformer_jax import exports
 from transformer_jax.config import resume
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
 from transformer_jax.evaluation import restore
-from transformer_jax.exports import hf
+from transformer_jax.exports import from_hf, hf
 from transformer_jax.io import layout
 
 from ..conftest import once_per_session
@@ -100,7 +100,7 @@ def test_any_marian_config_imports_its_model_or_one_line(marian, trained_workdir
         changes = {"max_position_embeddings": data.draw(st.integers(1, 4096))}
         foreign = data.draw(st.booleans())  # a MarianMT model from elsewhere: no run config
     else:
-        fields = data.draw(st.lists(st.sampled_from(sorted(hf.SIZES) + ["pad_token_id",
+        fields = data.draw(st.lists(st.sampled_from(sorted(from_hf.SIZES) + ["pad_token_id",
                                                                       "activation_function"]),
                                     min_size=1, max_size=2, unique=True))
         changes = {f: data.draw(SIZE_VALUES) for f in fields}
@@ -113,7 +113,7 @@ def test_any_marian_config_imports_its_model_or_one_line(marian, trained_workdir
         if foreign:
             (source / hf.RUN_CONFIG).unlink()
         out = Path(directory) / "imported"
-        ok, _ = outcome(lambda: hf.import_directory(str(source), out),
+        ok, _ = outcome(lambda: from_hf.import_directory(str(source), out),
                         names=[str(source)])
         if not ok:
             assert not out.exists()  # nothing half written
