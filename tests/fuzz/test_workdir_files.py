@@ -18,7 +18,7 @@ from transformer_jax import config as config_lib
 from transformer_jax.config import resume
 from transformer_jax.errors import UserError
 from transformer_jax.evaluation import restore
-from transformer_jax.io import layout, metric_keys, provenance, workdirs
+from transformer_jax.io import holds, layout, metric_keys, provenance, workdirs
 from transformer_jax.sweeps import records, status
 from transformer_jax.training import stops
 
@@ -182,16 +182,16 @@ def test_a_hold_file_is_live_stale_or_damaged_never_a_crash(light_workdir, raw):
         (workdir / layout.HOLD).write_bytes(raw)
 
         def take():
-            with workdirs.Hold(workdir, heartbeat_s=3600):
-                return workdirs.read_hold(workdir)
+            with holds.Hold(workdir, heartbeat_s=3600):
+                return holds.read_hold(workdir)
 
         ok, mine = outcome(take, names=[str(workdir)])
         if ok:
             accepted(mine is not None and mine["pid"] == os.getpid()
                      and not (workdir / layout.HOLD).exists(), f"held by {mine}")
         else:  # refused: the hold it found is live (this process)
-            hold = workdirs.read_hold(workdir)
-            assert hold is not None and workdirs.hold_is_live(hold)
+            hold = holds.read_hold(workdir)
+            assert hold is not None and holds.hold_is_live(hold)
 
 
 @examples(30)
