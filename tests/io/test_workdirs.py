@@ -125,10 +125,18 @@ def test_training_names_a_damaged_config_or_vocabulary(tmp_path, builtin_data_di
     (tmp_path / "vocab").mkdir()
     (tmp_path / "vocab" / "spm.model").write_bytes(b"\x00half a model")
     path = tmp_path / "config.json"
-    for damaged, why in [('{"model": {"d_model": 3', "Expecting"),  # cut short
-                         ("[1, 2]", "a list, not an object of sections")]:
+    for damaged, why in [
+            ('{"model": {"d_model": 3', r"cut short \(Expecting ',' delimiter at line 1, "
+                                        r"column 24\)"),
+            ("[1, 2]", "a list, not an object"),
+            # found: Python's own int-conversion ValueError of 4,300 digits
+            ('{"train": {"seed": ' + "9" * 5000 + "}}",
+             r"an integer of 5,000 digits \(at most 40\)"),
+            ('{"model": {}, "model": {}}', "the key 'model' is given twice"),
+            ('{"optim": {"lr_scale": NaN}}', "NaN is not a number this file holds"),
+            ('{"optim": {"lr_scale": 1e999}}', "1e999 overflows a float")]:
         path.write_text(damaged)
-        with pytest.raises(UserError, match=rf"^{path}: not a JSON config \({why}"):
+        with pytest.raises(UserError, match=rf"^{path}: {why}$"):
             train.train_and_evaluate(config, tmp_path)
     path.write_text(config.to_json_best_effort())
     with pytest.raises(UserError, match=rf"^{tmp_path / 'vocab' / 'spm.model'}: damaged "

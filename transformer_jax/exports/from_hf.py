@@ -20,19 +20,14 @@ from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from transformer_jax.errors import ConfigError, UserError
 from transformer_jax.exports import hf, mapping
 from transformer_jax.exports.hf import CONFIG, RUN_CONFIG, SOURCE_SPM, TARGET_SPM, WEIGHTS
-from transformer_jax.io import layout, storage
+from transformer_jax.io import layout, storage, strict_json
 from transformer_jax.model.spec import TransformerConfig
 
 
-def _read_json(path: str) -> Any:
+def _read_json(path: str) -> dict[str, Any]:
+    """The JSON object ``path`` holds, read by strict_json's rules; UserError naming it."""
     _check_file(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not JSON ({e})") from None
-    except RecursionError:
-        raise UserError(f"{path}: not JSON (nested too deep)") from None
+    return strict_json.read(path)
 
 
 def _check_file(path: str) -> None:
@@ -53,8 +48,6 @@ SIZES = {"vocab_size": "data.vocab_size", "d_model": "model.d_model",
 
 def model_config_of(marian: Any, path: str) -> TransformerConfig:
     """Our model of a MarianMT config.json; UserError naming a field we cannot take."""
-    if not isinstance(marian, dict):
-        raise UserError(f"{path}: a JSON {type(marian).__name__}, not a config object")
     wanted = {"activation_function": "relu", "scale_embedding": True,
               "normalize_before": False, "share_encoder_decoder_embeddings": True}
     for field, value in wanted.items():

@@ -33,7 +33,7 @@ import numpy as np
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID
 from transformer_jax.errors import ConfigError
 from transformer_jax.exports import mapping
-from transformer_jax.io import layout, provenance, storage, workdirs
+from transformer_jax.io import provenance, workdirs
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import sinusoidal_positions
 
@@ -237,7 +237,7 @@ def export(loaded: Any, config: Any, workdir: str, directory: str) -> None:
     for name in (SOURCE_SPM, TARGET_SPM):
         shutil.copyfile(os.fspath(loaded.tokenizer.path), os.path.join(directory, name))
     runs = provenance.read(workdir)
-    metrics = workdirs.read_json(storage.path(workdir) / layout.FINAL_METRICS)
+    metrics = workdirs.read_final(workdir) or None
     with open(os.path.join(directory, "README.md"), "w", encoding="utf-8") as f:
         f.write(MODEL_CARD.format(
             name=os.path.basename(os.path.normpath(workdir)),

@@ -18,8 +18,8 @@ import time
 from typing import Any
 
 from transformer_jax.errors import UserError
-from transformer_jax.io import layout, storage
-from transformer_jax.io.workdirs import now, read_json
+from transformer_jax.io import layout, storage, strict_json
+from transformer_jax.io.workdirs import now
 
 HEARTBEAT_S = 30.0  # how often the holder refreshes its heartbeat
 # A hold from another host whose heartbeat is older than this is stale: its run is gone
@@ -33,15 +33,20 @@ def read_hold(workdir: str | os.PathLike) -> dict[str, Any] | None:
 
     The hold may be stale (its run gone without removing it): see :func:`hold_is_live`.
     """
-    hold = read_json(storage.path(workdir) / layout.HOLD)
-    if not isinstance(hold, dict) or not {"host", "pid", "since", "heartbeat"} <= hold.keys():
+    path = storage.path(workdir) / layout.HOLD
+    try:
+        hold = strict_json.read(path)
+    except strict_json.Damaged as e:  # no run writes it so: no run holds the workdir with it
+        strict_json.warn(f"{e}; taken as no hold")
         return None
-    if not (isinstance(hold["host"], str) and isinstance(hold["pid"], int)
-            and not isinstance(hold["pid"], bool) and hold["pid"] >= 0
-            and isinstance(hold["since"], str) and isinstance(hold["heartbeat"], str)):
+    if hold is None:
+        return None
+    pid = hold.get("pid")
+    if not (isinstance(hold.get("host"), str) and isinstance(pid, int)
+            and not isinstance(pid, bool) and pid >= 0 and isinstance(hold.get("since"), str)
+            and isinstance(hold.get("heartbeat"), str)):
         # Not what a run writes: a damaged file, which no run holds the workdir with.
-        logging.warning("warning: %s is damaged (%s); taken as no hold",
-                        storage.path(workdir) / layout.HOLD, str(hold)[:80])
+        strict_json.warn(f"{path} is damaged ({str(hold)[:80]}); taken as no hold")
         return None
     return hold
 

@@ -1,7 +1,8 @@
 """What a training run's workdir says about it: its metrics, its last error and the settings
 it was trained with. Which run holds it is :mod:`transformer_jax.io.holds`; where a sweep's
 point stands and the sweep's record of it are :mod:`transformer_jax.sweeps.status` and
-:mod:`transformer_jax.sweeps.records`.
+:mod:`transformer_jax.sweeps.records`. Every JSON record is read by
+:mod:`transformer_jax.io.strict_json`.
 
 A workdir holds ``config.json`` (the config the run started with), ``config_changes.jsonl``
 (settings changed on resume, one JSON object per resume), ``metrics.jsonl`` (one JSON object
@@ -15,8 +16,6 @@ a scheduler's job id, machine).
 from __future__ import annotations
 
 import datetime
-import json
-import logging
 import os
 import pathlib
 import platform
@@ -24,29 +23,14 @@ import re
 from typing import Any
 
 from transformer_jax.errors import UserError, shown
-from transformer_jax.io import layout, metric_keys, storage
+from transformer_jax.io import layout, metric_keys, storage, strict_json
 
 
-def read_json(path: storage.PathLike) -> Any:
-    """The JSON in ``path``, or None when it is missing or unreadable (being written, not
-    UTF-8, not JSON, nested too deep for the parser, or not a regular file)."""
-    if storage.not_a_file(path):
-        return None
-    try:
-        return json.loads(storage.path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-
-
-def read_object(path: storage.PathLike) -> dict[str, Any] | None:
-    """The JSON object in ``path``: None when it is missing or unreadable (:func:`read_json`)
-    or holds anything but an object (a list, a number: a damaged file, with a warning)."""
-    value = read_json(path)
-    if value is not None and not isinstance(value, dict):
-        logging.warning("warning: %s holds a JSON %s, not an object; read as missing", path,
-                        type(value).__name__)
-        return None
-    return value
+def read_object(path: storage.PathLike, nan: bool = False) -> dict[str, Any] | None:
+    """The JSON object in ``path``: None when there is none, or when it is damaged (not
+    JSON, not an object, not a regular file: strict_json's rules), with a warning naming
+    the file and the damage. For the files that only describe a run; ``nan`` allows NaN."""
+    return strict_json.read_or_none(path, nan=nan)
 
 
 def last_logged_step(workdir: storage.PathLike) -> int | None:
@@ -71,7 +55,7 @@ def read_final(workdir: storage.PathLike) -> dict[str, Any]:
     and the key, so that no reader acts on it. The one exception: the token count as a whole
     float, which is how runs before 2026-12-03 wrote it, is read as that integer."""
     path = storage.path(workdir) / layout.FINAL_METRICS
-    final = read_object(path) or {}
+    final = read_object(path, nan=True) or {}  # a diverged run's loss: NaN
     k = metric_keys
     tokens = final.get(k.TOKENS)
     if isinstance(tokens, float) and tokens.is_integer() and tokens >= 0:
@@ -98,8 +82,9 @@ def read_final(workdir: storage.PathLike) -> dict[str, Any]:
 
     bad = [key for key, value in final.items() if not fits(key, value)]
     if bad:
-        logging.warning("warning: %s: left out %s, not of the type training writes", path,
-                        ", ".join(f"{key}={str(final[key])[:40]!r}" for key in bad))
+        strict_json.warn(f"{path}: left out " + ", ".join(
+            f"{shown(key)}={shown(str(final[key]))[:40]!r}" for key in bad)
+            + ", not of the type training writes")
     return {key: value for key, value in final.items() if key not in bad}
 
 
@@ -155,24 +140,50 @@ def read_metric_records(workdir: str | os.PathLike) -> list[dict[str, Any]]:
     run) appearing twice; a workdir without the file has none.
 
     A record is what training writes: an object with a string SPLIT, an integer STEP >= 0
-    and numbers (NaN and infinities included: a diverged loss). Lines that are not such a
-    record (the partial line of a killed run, bytes that are not UTF-8, JSON nested too deep)
-    are skipped, and values that are not numbers are left out of their record."""
+    and numbers (NaN and infinities included: a diverged loss). Each line is judged on its
+    own (:func:`metric_record`): a line that is no such record is left out and a value that
+    is not a number left out of its record, each with a warning naming the file and the line
+    (a line cut short says so: a run killed while writing it, normal after a preemption);
+    every good record is read."""
     path = storage.path(workdir) / layout.METRICS
-    if storage.not_a_file(path):
+    try:
+        lines = list(strict_json.read_lines(path, nan=True))
+    except strict_json.Damaged as e:
+        strict_json.warn(f"{e}; no metrics read from it")
         return []
     records = []
-    for line in path.read_bytes().decode("utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
-            continue  # a line cut short by a killed run
-        if isinstance(record, dict) and isinstance(record.get(metric_keys.SPLIT), str) and \
-                _is_count(record.get(metric_keys.STEP)):
-            records.append({key: value for key, value in record.items()
-                            if key in (metric_keys.SPLIT, metric_keys.STEP)
-                            or _is_number(value)})
+    for number, value in lines:
+        if isinstance(value, strict_json.Damaged):
+            strict_json.warn(f"{value}: " + ("a run stopped while writing it; left out" if
+                                             value.cut_short else "left out"))
+            continue
+        record, problem = metric_record(value)
+        if problem:
+            strict_json.warn(f"{path} line {number}: {problem}")
+        if record is not None:
+            records.append(record)
     return records
+
+
+def metric_record(value: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """(the record, "") when the object ``value`` of a metrics.jsonl line is one training
+    writes; (the record less what is not a number, what was left out) when some values are
+    not numbers; (None, why) when it is no record (no split's name, no step)."""
+    split, step = value.get(metric_keys.SPLIT), value.get(metric_keys.STEP)
+    if not isinstance(split, str) or not split:
+        return None, f"{metric_keys.SPLIT}={shown(repr(split))[:40]} is not a split's name; " \
+                     "left out"
+    if not _is_count(step):
+        return None, f"{metric_keys.STEP}={shown(repr(step))[:40]} is not an integer >= 0; " \
+                     "left out"
+    bad = [k for k, v in value.items()
+           if k not in (metric_keys.SPLIT, metric_keys.STEP) and not _is_number(v)]
+    record = {k: v for k, v in value.items() if k not in bad}
+    if not bad:
+        return record, ""
+    return record, "left out " + ", ".join(f"{shown(k)[:40]}={shown(repr(value[k]))[:40]}"
+                                           for k in bad) + (", not numbers" if len(bad) > 1
+                                                            else ", not a number")
 
 
 def read_metrics(workdir: str | os.PathLike) -> dict[str, dict[int, dict[str, Any]]]:
@@ -193,43 +204,36 @@ def read_config(workdir: str | os.PathLike) -> dict[str, Any] | None:
     """The settings of the run in ``workdir``: ``config.json`` with the changes recorded in
     ``config_changes.jsonl`` applied (None when there is no config.json).
 
-    Raises UserError naming the file when config.json is damaged (not a JSON object).
+    Raises UserError naming the file when config.json is damaged (strict_json's rules: a
+    JSON object, no NaN, no key twice...) and naming the line of config_changes.jsonl that
+    is not a record of changes; a line cut short (a run killed while writing it) is left out
+    with a warning.
     """
     path = storage.path(workdir) / layout.CONFIG
-    why = storage.not_a_file(path)
-    if why == "no such file":
+    saved = strict_json.read(path)
+    if saved is None:
         return None
-    if why:
-        raise UserError(f"{path}: {why}, not a JSON config")
-    try:
-        saved = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{path}: not a JSON config ({e})") from e
-    except RecursionError:
-        raise UserError(f"{path}: not a JSON config (nested too deep)") from None
-    if not isinstance(saved, dict):
-        raise UserError(f"{path}: not a JSON config (a {type(saved).__name__}, not an object "
-                        "of sections)")
     changes = storage.path(workdir) / layout.CONFIG_CHANGES
-    if not storage.not_a_file(changes):
-        text = changes.read_bytes().decode("utf-8", errors="replace")
-        for number, line in enumerate(text.splitlines(), start=1):
-            try:
-                fields = json.loads(line)["changes"]
-            except (ValueError, KeyError, TypeError, RecursionError):
-                continue  # a line cut short by a killed run
-            if not isinstance(fields, dict):
-                continue
-            for field, change in fields.items():
-                section, _, key = field.partition(".")
-                if not key or "." in key or not isinstance(change, list) or len(change) != 2:
-                    raise UserError(f"{changes} line {number}: {shown(field)}="
-                                    f"{shown(str(change)[:40])} is not a change of a config "
-                                    "field ([old, new])")
-                if not isinstance(saved.setdefault(section, {}), dict):
-                    raise UserError(f"{path}: {shown(section)} is "
-                                    f"{shown(str(saved[section])[:40])}, not an object of fields")
-                saved[section][key] = change[1]
+    for number, record in strict_json.read_lines(changes):
+        if isinstance(record, strict_json.Damaged):
+            if not record.cut_short:
+                raise record
+            strict_json.warn(f"{record}: a run stopped while writing it; left out")
+            continue
+        fields = record.get("changes")
+        if not isinstance(fields, dict):
+            raise UserError(f"{changes} line {number}: changes={shown(str(fields))[:40]!r} is "
+                            "not an object of changed fields")
+        for field, change in fields.items():
+            section, _, key = field.partition(".")
+            if not key or "." in key or not isinstance(change, list) or len(change) != 2:
+                raise UserError(f"{changes} line {number}: {shown(field)}="
+                                f"{shown(str(change)[:40])} is not a change of a config "
+                                "field ([old, new])")
+            if not isinstance(saved.setdefault(section, {}), dict):
+                raise UserError(f"{path}: {shown(section)} is "
+                                f"{shown(str(saved[section])[:40])}, not an object of fields")
+            saved[section][key] = change[1]
     return saved
 
 
