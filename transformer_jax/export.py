@@ -63,6 +63,7 @@ if __name__ == "__main__":
             lower_bound=1),
         "quantization": flags.DEFINE_enum(
             "quantization", None, QUANTIZATIONS, "ctranslate2: quantize the weights."),
-        "from_hf": flags.DEFINE_string(
-            "from_hf", None, "hf: read this MarianMT directory into the new workdir --out."),
+        "from_hf": cli.define_path_flag(
+            "from_hf", "hf: read this MarianMT directory into the new workdir --out.",
+            required=False),
     }))
