@@ -71,6 +71,24 @@ def test_any_vocabulary_file_loads_with_our_special_pieces_or_one_line(
                 and isinstance(tokenizer.decode(ids), str))
 
 
+@examples(20)
+@given(st.lists(st.one_of(st.integers(-3, 260), st.sampled_from([2**31, -(2**31), 10**20])),
+                max_size=12))
+@example([5, 250, 7])  # found: IndexError "piece id is out of range" from sentencepiece
+@example([-1])
+def test_any_ids_decode_to_text_or_one_line(trained_workdir, ids):
+    """Ids as a model of another vocabulary would give them: text, or a DataError naming the
+    vocabulary file, never sentencepiece's IndexError."""
+    tokenizer = Tokenizer(trained_workdir / VOCAB)
+    ok, read = outcome(lambda: (tokenizer.decode(ids), tokenizer.pieces(ids)),
+                       names=[str(tokenizer.path)])
+    fits = all(0 <= i < tokenizer.vocab_size for i in ids)
+    if ok:
+        accepted(fits and isinstance(read[0], str) and len(read[1]) == len(ids))
+    else:
+        assert not fits
+
+
 @pytest.fixture(scope="session")
 def marian(trained_workdir, tmp_path_factory):
     """The tiny trained model exported as a MarianMT directory, once a session."""
