@@ -19,6 +19,7 @@ from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer, tr
 from transformer_jax.evaluation import restore
 from transformer_jax.exports import from_hf, hf
 from transformer_jax.io import layout
+from transformer_jax.model import kernels
 
 from ..conftest import once_per_session
 from . import strategies as gen
@@ -147,21 +148,65 @@ def test_any_marian_config_imports_its_model_or_one_line(marian, trained_workdir
 
 @examples(3)  # each restores a checkpoint
 @given(st.sampled_from(["hf", "ctranslate2"]), st.sampled_from(
-    ["num_heads", "d_model", "num_layers", "d_ff", "max_len", "positions", "norm"]),
-    st.one_of(st.sampled_from([1, 2, 8, 64, 128, "learned", "pre"]), gen.ANY_SCALAR))
+    ["num_heads", "d_model", "num_layers", "d_ff", "max_len", "positions", "norm", "attention",
+     "dropout_rate"]),
+    st.one_of(st.sampled_from([1, 2, 8, 64, 128, "learned", "pre", "local", "blockwise", 0.3]),
+              gen.ANY_SCALAR))
 @example("hf", "num_heads", 2)  # the model of config.json is not the checkpoint's
+@example("ctranslate2", "max_len", 128)  # found: exported, another table of the same shapes
+@example("hf", "attention", "blockwise")  # the same numbers another way: exported
 def test_an_edited_workdir_exports_whole_or_one_line(trained_workdir, target, field, value):
     with tempfile.TemporaryDirectory() as directory:
         workdir = Path(directory) / "run"
         shutil.copytree(trained_workdir, workdir, ignore=shutil.ignore_patterns(
             layout.TENSORBOARD))
         saved = json.loads((workdir / layout.CONFIG).read_text())
+        was = saved["model"][field]
         saved["model"][field] = value
         (workdir / layout.CONFIG).write_text(json.dumps(saved))
         out = Path(directory) / "out"
         ok, _ = outcome(lambda: exports.export(target, workdir, out, average=1),
                         names=[str(workdir)])
-        if ok:
-            accepted(out.is_dir() and any(out.iterdir()))
+        if ok:  # only a model the checkpoint's computes the same: the rule of a resume
+            accepted(out.is_dir() and any(out.iterdir()) and (value == was or (
+                field == "attention" and {value, was} <= set(kernels.having("exact")))),
+                f"exported with model.{field}={value!r}, trained with {was!r}")
         else:
             assert not out.exists()
+
+
+RUN_MODEL_EDITS = {"norm": ["pre", "post"], "positions": ["learned", "rotary", "sinusoidal"],
+                   "attention": ["local", "blockwise", "dense"], "num_kv_heads": [0, 1, 2],
+                   "d_k": [0, 4, 16], "dropout_rate": [0.0, 0.3],
+                   "share_embeddings": [False, True], "max_len": [16, 64]}
+
+
+@examples(4)  # each writes a workdir and restores its checkpoint
+@given(st.sampled_from(sorted(RUN_MODEL_EDITS)), st.data())
+@example("norm", "pre")  # found: imported, and computed as pre-LN on post-LN weights
+@example("positions", "rotary")  # found: imported, and computed without the weights' table
+@example("dropout_rate", 0.3)  # training's alone: imported as the config says
+def test_an_exported_runs_config_edited_imports_its_model_or_one_line(marian, field, data):
+    """The exported run's own config (transformer_jax_config.json) edited: imported only
+    when its model is the one MarianMT's config.json and weights describe."""
+    value = data if isinstance(data, str | bool | int | float) else data.draw(
+        st.sampled_from(RUN_MODEL_EDITS[field]))
+    with tempfile.TemporaryDirectory() as directory:
+        source = Path(directory) / "marian"
+        shutil.copytree(marian, source)
+        run = json.loads((source / hf.RUN_CONFIG).read_text())
+        run["model"][field] = value
+        (source / hf.RUN_CONFIG).write_text(json.dumps(run))
+        out = Path(directory) / "imported"
+        ok, _ = outcome(lambda: from_hf.import_directory(str(source), out),
+                        names=[str(source / hf.RUN_CONFIG)])
+        if not ok:
+            assert not out.exists()
+            return
+        m = restore.load_workdir(out, resume.workdir_config(out), 1).model_config
+        marian_config = json.loads((source / hf.CONFIG).read_text())
+        accepted((m.norm, m.positions, m.share_embeddings, m.kv_heads, m.d_k, m.max_len) == (
+            "post", "sinusoidal", True, marian_config["encoder_attention_heads"],
+            marian_config["d_model"] // marian_config["encoder_attention_heads"],
+            marian_config["max_position_embeddings"])
+            and m.attention in kernels.having("exact"), f"imported {m} with {field}={value!r}")

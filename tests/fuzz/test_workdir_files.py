@@ -21,6 +21,7 @@ from transformer_jax.data import rows
 from transformer_jax.errors import UserError
 from transformer_jax.evaluation import restore
 from transformer_jax.io import holds, layout, metric_keys, provenance, storage, workdirs
+from transformer_jax.model import kernels
 from transformer_jax.sweeps import records, status
 from transformer_jax.training import stops
 
@@ -307,7 +308,8 @@ def run_config(trained_workdir):
     return resume.workdir_config(trained_workdir)
 
 
-META_FIELDS = ["vocab_size", "step", "nonfinite_steps", "divergence_best", "checksums"]
+META_FIELDS = ["vocab_size", "step", "nonfinite_steps", "divergence_best", "checksums",
+               resume.MODEL_RECORD]
 
 
 @examples(4)  # each restores a checkpoint
@@ -370,12 +372,60 @@ def test_row_len_json_gives_a_row_length_or_one_line(raw):
                      and json.loads(raw) == {"row_len": row_len}, f"read {row_len}")
 
 
+# Model fields and values that keep the parameters' shapes but not what they compute.
+SAME_SHAPES = {"norm": ["pre", "post"], "positions": ["rotary", "sinusoidal", "learned"],
+               "attention": ["local", "blockwise", "dense", "performer"],
+               "dropout_rate": [0.0, 0.3], "local_window": [4, 128], "remat": [True, False],
+               "block_size": [128, 256]}
+
+
+@examples(10)
+@given(st.sampled_from(sorted(SAME_SHAPES)), st.data())
+@example("attention", "local")  # found: resumed as another kernel, without a word
+@example("positions", "rotary")  # found: likewise with positions of another kind
+@example("norm", "pre")
+@example("remat", True)  # computes the same numbers: may change
+def test_a_resume_of_an_edited_model_in_config_json_is_one_line(trained_workdir, field, data):
+    """config.json's model edited (same shapes, other computation) and the run resumed as
+    config.json says: refused naming the field, the checkpoint and config.json, unless the
+    field computes the same numbers (the resume rule's free fields)."""
+    value = data if isinstance(data, str | bool | int | float) else data.draw(
+        st.sampled_from(SAME_SHAPES[field]))
+    with tempfile.TemporaryDirectory() as directory:
+        workdir = Path(directory) / "run"
+        (workdir / layout.CHECKPOINTS / "30" / "meta").mkdir(parents=True)
+        meta = Path(layout.CHECKPOINTS) / "30" / layout.CHECKPOINT_META
+        shutil.copyfile(trained_workdir / meta, workdir / meta)
+        saved = json.loads((trained_workdir / layout.CONFIG).read_text())
+        was = saved["model"][field]
+        saved["model"][field] = value
+        (workdir / layout.CONFIG).write_text(json.dumps(saved))
+        ok, _ = outcome(lambda: resume.remember_config(workdir, saved, resuming=True,
+                                                       write=False),
+                        names=[str(workdir / layout.CONFIG)])
+        if ok:
+            accepted(value == was or f"model.{field}" in resume.FREE_MODEL_FIELDS
+                     or (field == "attention" and {value, was} <= set(kernels.having("exact"))),
+                     f"resumed with model.{field}={value!r}, trained with {was!r}")
+
+
 def test_an_edited_model_in_config_json_is_one_line_not_a_shape_error(trained_workdir):
     with tempfile.TemporaryDirectory() as directory:
         workdir = copy(trained_workdir, directory)
         saved = json.loads((workdir / layout.CONFIG).read_text())
         saved["model"]["d_model"] = 64
         (workdir / layout.CONFIG).write_text(json.dumps(saved))
+        with pytest.raises(UserError, match=rf"^{workdir}/config.json describes another model "
+                                            rf"than checkpoint {workdir}/checkpoints/30 was "
+                                            r"trained with: model.d_model: 32 in the checkpoint, "
+                                            r"64 in config.json \(an edited config.json\? "
+                                            r"restore it\)$"):
+            restore.load_workdir(workdir, resume.workdir_config(workdir), 1)
+        # A checkpoint written before the model was recorded: its shapes are compared.
+        meta = workdir / layout.CHECKPOINTS / "30" / layout.CHECKPOINT_META
+        recorded = json.loads(meta.read_text())
+        del recorded[resume.MODEL_RECORD]
+        meta.write_text(json.dumps(recorded))
         with pytest.raises(UserError, match=r"was written by another model: params/.* has "
                                             r"shape .* \(an edited config.json\?\)"):
             restore.load_workdir(workdir, resume.workdir_config(workdir), 1)

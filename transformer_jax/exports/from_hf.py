@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from transformer_jax import config as config_lib
+from transformer_jax.config import resume
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, Tokenizer
 from transformer_jax.errors import ConfigError, UserError
 from transformer_jax.exports import hf, mapping
@@ -97,8 +98,6 @@ def import_directory(source: str, out: storage.PathLike,
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
-    from transformer_jax.config import resume
-
     mapping.check_new(out)
     marian = _read_json(os.path.join(source, CONFIG))
     mc = model_config_of(marian, os.path.join(source, CONFIG))
@@ -132,11 +131,7 @@ def import_directory(source: str, out: storage.PathLike,
     saved["data"]["vocab_size"] = mc.vocab_size
     merged = _merged(config_lib.base_config().to_dict(), saved)
     run_config = resume.config_from_dict(merged, run_path)
-    differ = [f"model.{k}: {run_config.model[k]!r} there, {v!r} in {CONFIG}"
-              for k, v in model.items() if run_config.model[k] != v]
-    if differ:
-        raise UserError(f"{run_path} describes another model than {CONFIG}: "
-                        f"{'; '.join(differ)}")
+    check_run_model(run_config, mc, run_path)
     with mapping.writing(out) as directory:
         with open(os.path.join(directory, layout.CONFIG), "w", encoding="utf-8") as f:
             json.dump(merged, f, indent=2, default=str)
@@ -159,7 +154,26 @@ def import_directory(source: str, out: storage.PathLike,
         except (UserError, FileNotFoundError) as e:  # the latter: the data is not prepared
             logging.warning("warning: %s; %s holds the parameters alone: translate, evaluate "
                             "and visualize read them, training cannot resume from them", e, out)
-            _save_params(directory, params, mc.vocab_size, source)
+            _save_params(directory, params, mc.vocab_size, source,
+                         resume.model_record(run_config))
+
+
+def check_run_model(run_config: Any, mc: TransformerConfig, run_path: str) -> None:
+    """UserError naming ``run_path`` (the exported run's config) when its model is not the
+    one of the directory's config.json (``mc``): another size, or a model MarianMT cannot
+    express (pre-LN, learned or rotary positions, grouped heads, another kernel...), which
+    the weights would be read into and computed otherwise, without a word."""
+    run_model = TransformerConfig.from_config(run_config.model, mc.vocab_size)
+    try:
+        hf.check(run_model)
+    except ConfigError as e:
+        raise UserError(f"{run_path}: {e}") from None
+    differ = [f"model.{k}: {getattr(run_model, k)!r} there, {getattr(mc, k)!r} in {CONFIG}"
+              for k in ("num_layers", "d_model", "d_ff", "num_heads", "d_k", "d_v", "kv_heads",
+                        "max_len") if getattr(run_model, k) != getattr(mc, k)]
+    if differ:
+        raise UserError(f"{run_path} describes another model than {CONFIG}: "
+                        f"{'; '.join(differ)}")
 
 
 def _params(sd: dict[str, np.ndarray], mc: TransformerConfig, weights_path: str) -> Any:
@@ -190,13 +204,15 @@ def _params(sd: dict[str, np.ndarray], mc: TransformerConfig, weights_path: str)
     return jax.tree.map(lambda x: np.asarray(x, np.float32), params)
 
 
-def _save_params(directory: str, params: Any, vocab_size: int, source: str) -> None:
+def _save_params(directory: str, params: Any, vocab_size: int, source: str,
+                 model: dict[str, Any]) -> None:
     from transformer_jax.io import checkpoints
 
     ckpts = checkpoints.Checkpoints(directory, 1)
     try:
         ckpts.save(0, {"params": params}, None, {"step": 0, "vocab_size": vocab_size,
-                                                  "from_hf": os.path.abspath(source)},
+                                                  "from_hf": os.path.abspath(source),
+                                                  resume.MODEL_RECORD: model},
                    force=True)
     finally:
         ckpts.close()

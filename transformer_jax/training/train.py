@@ -313,6 +313,7 @@ class Run:
             return
         self._fetch_metrics()
         meta = {"step": self.step, "vocab_size": self.tokenizer.vocab_size,
+                resume.MODEL_RECORD: resume.model_record(self.config),
                 "skipped_long_pairs": self.data.length_filter.skipped, **self.nonfinite.state()}
         for watch in self.watches:
             meta.update(watch.state())
