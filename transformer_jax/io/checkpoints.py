@@ -38,7 +38,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from transformer_jax.errors import TrainingStopped, UserError
-from transformer_jax.io import layout, storage
+from transformer_jax.io import late_reads, layout, storage
 
 # The paper's windows end its runs: base averages steps 94,000-100,000 (5 checkpoints 1,500
 # steps apart), big 288,600-300,000 (20, 600 apart), both after 94% of training, when the
@@ -66,6 +66,7 @@ class Checkpoints:
             item_names=("state", "data", "meta"),
         )
         self._writing: int | None = None  # the step of a save that may still be running
+        late_reads.quiet()  # a damaged checkpoint's refusal stays one line
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
