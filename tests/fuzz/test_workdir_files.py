@@ -70,6 +70,7 @@ def _plain(value):
 @example("digits")  # found: Python's int-conversion ValueError (4,300 digits at most)
 @example("key twice")  # found: the first of two values dropped without a word
 @example("variant blank")  # found: the base model read back labelled as no variant
+@example("inexact float")  # found: an integer of 54 bits read back as another float
 def test_config_json_reads_as_its_values_or_one_line(light_workdir, data):
     saved = json.loads((light_workdir / layout.CONFIG).read_text())
     if data == "model null":
@@ -82,6 +83,9 @@ def test_config_json_reads_as_its_values_or_one_line(light_workdir, data):
         assert raw.count(b'"d_model"') == 2
     elif data == "variant blank":
         raw = json.dumps({**saved, "variant": " "}).encode()
+    elif data == "inexact float":
+        raw = json.dumps({**saved, "optim": {**saved["optim"],
+                                             "lr_scale": 9_007_199_254_740_993}}).encode()
     elif data == "deep":
         raw = b'{"model":' * 50_000 + b"1" + b"}" * 50_000
     elif data == "d_model text":

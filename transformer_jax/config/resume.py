@@ -12,6 +12,7 @@ from typing import Any
 from ml_collections import ConfigDict
 
 from transformer_jax import config as config_lib
+from transformer_jax.config.fields import INEXACT, inexact_float
 from transformer_jax.errors import UserError, shown
 from transformer_jax.io import layout, storage, strict_json, workdirs
 from transformer_jax.io.workdirs import now, read_config
@@ -98,6 +99,8 @@ def _merge(config: ConfigDict, values: dict[str, Any], origin: str, prefix: str 
             continue
         if isinstance(value, dict):
             raise UserError(f"{origin}: {shown(prefix + key)} is an object, not a value")
+        if inexact_float(config[key], value):
+            raise UserError(f"{origin}: {shown(prefix + key)}={str(value)[:40]} {INEXACT}")
         try:
             config[key] = value
         except (TypeError, ValueError) as e:
