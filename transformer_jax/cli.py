@@ -32,12 +32,16 @@ def define_config_flag(required: bool = True) -> Any:
     return holder
 
 
-def define_path_flag(name: str, help: str, required: bool = True) -> Any:  # noqa: A002
+def define_path_flag(name: str, help: str, required: bool = True,  # noqa: A002
+                     default: str | None = None) -> Any:
     """A string flag naming a file or directory: given, it must not be empty (an empty
-    --workdir= would otherwise mean the current directory)."""
-    holder = flags.DEFINE_string(name, None, help)
+    --workdir= would otherwise mean the current directory) nor hold a NUL byte (which a
+    --flagfile can carry, and no path can)."""
+    holder = flags.DEFINE_string(name, default, help)
     flags.register_validator(name, lambda value: value is None or bool(value.strip()),
                              f"--{name} is empty; give a path")
+    flags.register_validator(name, lambda value: value is None or "\0" not in value,
+                             f"--{name} holds a NUL byte, which no path can")
     if required:
         flags.mark_flag_as_required(name)
     return holder
@@ -165,6 +169,8 @@ def _one_line(e: BaseException, argv: list[str]) -> str:
         return str(e)
     if isinstance(e, flags.CantOpenFlagFileError):
         return f"--flagfile: {lines[-1].removeprefix('ERROR:: ') if lines else e}"
+    if isinstance(e, ValueError) and "null byte" in str(e):  # a --flagfile naming such a path
+        return "--flagfile: a path holds a NUL byte, which no path can"
     in_file = _config_file_line(e, argv)
     if in_file:
         return in_file

@@ -14,6 +14,7 @@ from absl import flags
 
 from transformer_jax import cli
 from transformer_jax.errors import UserError
+from transformer_jax.io import storage
 from transformer_jax.sweeps import report
 
 
@@ -22,6 +23,8 @@ def main(argv: Sequence[str], out_flag: Any, baseline_flag: Any, by_length_flag:
         if len(argv) != 2:
             raise UserError("give one sweep directory, e.g. "
                             "python -m transformer_jax.compare runs/heads_ablation")
+        if out_flag.value:
+            storage.check(out_flag.value, "--out")
         paths = report.report(argv[1], out_flag.value, baseline_flag.value,
                               by_length_flag.value)
         print(paths["markdown"].read_text())
@@ -34,8 +37,8 @@ def main(argv: Sequence[str], out_flag: Any, baseline_flag: Any, by_length_flag:
 
 if __name__ == "__main__":
     cli.run(functools.partial(
-        main, out_flag=flags.DEFINE_string(
-            "out", None, "Where the report goes (default: the sweep's directory)."),
+        main, out_flag=cli.define_path_flag(
+            "out", "Where the report goes (default: the sweep's directory).", required=False),
         baseline_flag=flags.DEFINE_string(
             "baseline", None, "The setting others are tested against (default: the base "
             "variant's, else the first)."),

@@ -33,9 +33,10 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
                 raise UserError(f"--from_hf reads a MarianMT directory: the target is hf, "
                                 f"not {name}")
             from transformer_jax.config import resume
+            from transformer_jax.exports import from_hf as marian
             from transformer_jax.training import warm_start
 
-            exports.get("hf").import_directory(from_hf, out, lambda workdir, params: (
+            marian.import_directory(from_hf, out, lambda workdir, params: (
                 warm_start.save_initial(resume.workdir_config(workdir), workdir, params)))
             return
         if not flags_["workdir"].value:
@@ -62,6 +63,7 @@ if __name__ == "__main__":
             lower_bound=1),
         "quantization": flags.DEFINE_enum(
             "quantization", None, QUANTIZATIONS, "ctranslate2: quantize the weights."),
-        "from_hf": flags.DEFINE_string(
-            "from_hf", None, "hf: read this MarianMT directory into the new workdir --out."),
+        "from_hf": cli.define_path_flag(
+            "from_hf", "hf: read this MarianMT directory into the new workdir --out.",
+            required=False),
     }))

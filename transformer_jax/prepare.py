@@ -9,12 +9,10 @@ Then train with ``--config.data.data_dir`` at the same folder. The library is
 
 from __future__ import annotations
 
-from absl import flags
-
 from transformer_jax import cli
 
-_DATA_DIR = flags.DEFINE_string("data_dir", None,
-                                "Where to write it (TFDS's default, ~/tensorflow_datasets).")
+_DATA_DIR = cli.define_path_flag(
+    "data_dir", "Where to write it (TFDS's default, ~/tensorflow_datasets).", required=False)
 
 
 def main(argv: list[str]) -> None:
@@ -24,6 +22,10 @@ def main(argv: list[str]) -> None:
     if len(argv) != 2:
         cli.fail("give one dataset name, e.g. python -m transformer_jax.prepare wmt14_ende")
     with cli.clean_errors():
+        if _DATA_DIR.value:
+            from transformer_jax.io import storage
+
+            storage.check(_DATA_DIR.value, "--data_dir")
         for split, count in prepare.prepare(argv[1], _DATA_DIR.value).items():
             print(f"{split}: {count} pairs")
 

@@ -82,9 +82,8 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
         source = flags_["input"].value
         sentences = read_lines(source)
         output = flags_["output"].value
-        if output != "-" and not storage.path(output).parent.is_dir():
-            raise FileNotFoundError(f"--output={output}: no directory "
-                                    f"{storage.path(output).parent}")
+        if output != "-":
+            storage.check_file(output, "--output")
         max_input_len = flags_["max_input_len"].value
         limit = translation.input_limit(config.model.max_len, max_input_len)
         loaded = restore.load_workdir(workdir, config, flags_["average"].value)
@@ -111,9 +110,10 @@ if __name__ == "__main__":
     cli.run(functools.partial(main, flags_={
         "workdir": cli.define_workdir_flag(),
         "config": cli.define_overrides_flag(),
-        "input": flags.DEFINE_string("input", "-", "Source sentences, one per line; - is "
-                                     "stdin."),
-        "output": flags.DEFINE_string("output", "-", "Where the translations go; - is stdout."),
+        "input": cli.define_path_flag("input", "Source sentences, one per line; - is stdin.",
+                                      required=False, default="-"),
+        "output": cli.define_path_flag("output", "Where the translations go; - is stdout.",
+                                       required=False, default="-"),
         "average": flags.DEFINE_integer(
             "average", None, "Average the parameters of the last N checkpoints; 1: the latest "
             "alone. Default: the run's train.average_checkpoints (0: train.keep_checkpoints), "

@@ -18,17 +18,20 @@ from transformer_jax.io import layout
 
 
 def main(argv: list[str], flags: dict[str, Any]) -> None:
-    from transformer_jax.analysis import attention_read, pictures
+    from transformer_jax.analysis import attention_cost, attention_read, pictures
     from transformer_jax.io import storage
 
     cli.no_extra_args(argv)
     with cli.clean_errors():
         if not flags["src"].value.strip():
             raise UserError("--src is empty; give a sentence to run through the model")
-        model = attention_read.load_model(flags["workdir"].value)
-        logging.info("loaded step %d of %s", model.step, flags["workdir"].value)
         workdir = flags["workdir"].value
+        if flags["measured"].value:  # read now, not after the model has run
+            attention_cost.measured_memory(flags["measured"].value)
         out = flags["out"].value or os.fspath(storage.path(workdir) / layout.PICTURES)
+        storage.check(out, "--out")
+        model = attention_read.load_model(workdir)
+        logging.info("loaded step %d of %s", model.step, workdir)
         written = pictures.write_pictures(out, model, flags["src"].value, flags["tgt"].value,
                                           flags["measured"].value)
         for path in written:
@@ -45,9 +48,10 @@ if __name__ == "__main__":
         "src": absl_flags.DEFINE_string("src", None, "Source sentence.", required=True),
         "tgt": absl_flags.DEFINE_string("tgt", None, "Target sentence; default: the model's "
                                         "greedy translation."),
-        "out": absl_flags.DEFINE_string("out", None, "Output folder; default WORKDIR/pictures."),
-        "measured": absl_flags.DEFINE_string(
-            "measured", None, "Attention-scaling results to plot; default the checkout's "
+        "out": cli.define_path_flag("out", "Output folder; default WORKDIR/pictures.",
+                                    required=False),
+        "measured": cli.define_path_flag(
+            "measured", "Attention-scaling results to plot; default the checkout's "
             f"{attention_cost.MEASURED_FILE.relative_to(attention_cost.CHECKOUT)} if present, "
-            "else measured here at compile time."),
+            "else measured here at compile time.", required=False),
     }))

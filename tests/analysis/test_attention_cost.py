@@ -55,10 +55,16 @@ def test_measured_memory_prefers_the_benchmark_file(tmp_path):
     assert [(r["n"], r["peak_bytes"]) for r in measured["results"]] == [(512, 12345),
                                                                          (1024, 5000)]
     path.write_text("{")
-    with pytest.raises(UserError, match="attention_scaling.json: line 1: not valid JSON"):
+    with pytest.raises(UserError, match=r"attention_scaling.json: cut short \(.*\); not an "
+                                        "attention-scaling result file$"):
         attention_cost.measured_memory(path)
     path.write_text('{"results": []}')
-    with pytest.raises(UserError, match="not an attention-scaling result file: no field"):
+    with pytest.raises(UserError, match="attention_scaling.json: machine='None' is not a "
+                                        "string; not an attention-scaling result file$"):
+        attention_cost.measured_memory(path)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")  # found: a UnicodeDecodeError
+    with pytest.raises(UserError, match=r"attention_scaling.json: not UTF-8 \(byte 0x89 at "
+                                        r"byte 1\)"):
         attention_cost.measured_memory(path)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
 import os
 import signal
 import traceback
@@ -131,3 +132,22 @@ def accepted(consistent: bool, why: str = "") -> None:
         count("silently accepted")
         raise SilentlyAccepted(why or "accepted with a result it did not ask for")
     count("accepted")
+
+
+@contextlib.contextmanager
+def warnings_logged() -> Iterator[list[str]]:
+    """The messages logged at WARNING or above while the block runs (what a reader says of
+    what it left out), in order."""
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler = Keep(logging.WARNING)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        root.removeHandler(handler)

@@ -109,6 +109,18 @@ def test_evaluate_translate_and_visualize_name_the_damaged_file(damaged_workdir)
             "spm.model: not a vocabulary of this project")
 
 
+def test_a_path_with_a_nul_byte_is_one_line(tmp_path):
+    # A --flagfile can carry what a command line cannot. found: ValueError: embedded null byte
+    flagfile = tmp_path / "flags.txt"
+    flagfile.write_bytes(b"--out=" + str(tmp_path).encode() + b"/a\x00b\n--workdir=x\n")
+    refused(command("export", "hf", f"--flagfile={flagfile}"),
+            "--out holds a NUL byte, which no path can")
+    nested = tmp_path / "nested.txt"
+    nested.write_bytes(b"--flagfile=" + str(tmp_path).encode() + b"/a\x00b\n")
+    refused(command("translate", f"--flagfile={nested}"), "--flagfile: a path holds a NUL")
+    assert sorted(tmp_path.iterdir()) == [flagfile, nested]
+
+
 def test_an_import_with_no_heads_is_one_line(tmp_path):
     source = tmp_path / "marian"
     source.mkdir()

@@ -82,6 +82,9 @@ def check_overrides(arg, overrides):
 @example(("A_h1", "builtin", "demo"), {"model.num_layers": {}})  # found: a message of 2 lines
 @example(("A_h1", "builtin", "demo"), {"": 0})  # found: a message naming nothing
 @example(("base", "builtin", "demo"), {"optim.b1": {".": 1}})  # found: ml_collections' error
+# found by the long run: an integer of 54 bits for a float field, held as another number
+@example(("A_h1", "builtin", "demo"), {"decode.position_scale": 9_007_199_254_740_993})
+@example(("base", "builtin", "demo"), {"optim.lr_scale": 10**400})
 def test_any_override_is_applied_whole_or_refused_naming_it(arg, overrides):
     check_overrides(arg, overrides)
 

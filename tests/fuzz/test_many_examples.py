@@ -1,6 +1,6 @@
 """The slow suite's fuzzing: every property of tests/fuzz again with ten times the examples
-(the ``fuzz-ci`` profile of fuzzing.py), in a pytest of its own (about 85 s of CPU on the
-2-core AMD EPYC, 2026-12-02)."""
+(the ``fuzz-ci`` profile of fuzzing.py), in a pytest of its own (about 125 s of CPU on one
+core of the 2-core Intel Xeon, 2026-12-06)."""
 
 import json
 import os

@@ -145,9 +145,29 @@ def journal_lines(tmp_path_factory):
         return f.read().splitlines(keepends=True)
 
 
+# A journal's first lines: a study, and a trial of it started.
+STUDY = b'{"op_code": 0, "worker_id": "w", "study_name": "lr", "directions": [1]}\n'
+TRIAL = b'{"op_code": 4, "worker_id": "w", "study_id": 0, "datetime_start": "2026-12-06"}\n'
+
+
+def told(values: bytes, trial: int = 0) -> bytes:
+    """The journal's line of ``trial`` complete, told ``values``."""
+    return (b'{"op_code": 6, "worker_id": "w", "trial_id": %d, "state": 1, "values": %s, '
+            b'"datetime_complete": "2026-12-06"}\n' % (trial, values))
+
+
 @example(b"garbage\n")  # found: a JSONDecodeError from Optuna's replay, as a traceback
 @example(b'{"op_code": 99}\n')
 @example(b'{"op_code": 0, "worker_id": "w", "study_name": null, "directions": [1]}\n')  # found
+# found by the long run: a trial complete with no value beside one told 3.0 (Optuna's
+# TypeError), with an empty list of values (IndexError), with values of a string (its
+# RuntimeError of a study of several objectives)
+@example(STUDY + TRIAL + told(b"[3.0]") + TRIAL + told(b"null", trial=1))
+@example(STUDY + TRIAL + told(b"[]"))
+@example(STUDY + TRIAL + told(b'"00"'))
+@example(STUDY + TRIAL + told(b"[2.5]"))  # as a search tells it
+@example(b'{"op_code": 0, "worker_id": "w", "study_name": "lr", "directions": [1, 1]}\n'
+         + TRIAL + told(b"[1.0, 2.0]"))  # two objectives: no study of a search
 @given(st.data())
 @examples(30)
 def test_a_study_journal_damaged_or_edited(tmp_path_factory, journal_lines, data):

@@ -42,7 +42,8 @@ def check_points(sweep: experiment.Sweep) -> bool:
     named = sweep.points()
     names = [p.name for p in named]
     return len(set(names)) == len(names) == len(sweep.grid) and not any(
-        hyper.unfit_name(n) for n in names)
+        hyper.unfit_name(n) for n in names) and all(
+        isinstance(p.variant, str) and p.variant.strip() for p in named)
 
 
 @examples(30)
@@ -53,6 +54,8 @@ def check_points(sweep: experiment.Sweep) -> bool:
 @example("variant", ["..", "base"], 0)
 @example("optim.lr_scale", ["nan", "inf"], 0)
 @example("data.source_lang", ["a/b", "a_b"], 0)  # two values, one name
+@example("variant", ["", "big"], 0)  # found: the base model trained as variant ''
+@example("variant", [" ", "base"], 0)
 def test_any_grid_gives_named_points_or_one_line(field, values, seeds):
     text = f"{field}={','.join(values)}"
     ok, sweep = outcome(lambda: experiment.load_experiment(CONFIG, [text], seeds),
@@ -140,6 +143,8 @@ GRIDS = st.lists(st.dictionaries(
 @example("1 / 0", "x", [], {}, "configs/table3.py", "bytes")
 @example("Sweep({name!r}, 'configs/table3.py', {grid!r})", "\n", [{}, {}], {},
          "configs/table3.py", "python")  # refused for its points, before its name is checked
+@example("Sweep({name!r}, 'configs/table3.py', {grid!r})", "x", [{"variant": " "}], {},
+         "configs/table3.py", "python")  # the base model under no name
 def test_any_experiment_file_gives_points_or_one_line(source, name, grid, overrides, config,
                                                      kind):
     body = source.format(name=name, grid=grid, overrides=overrides, config=config)

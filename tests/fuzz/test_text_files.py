@@ -1,8 +1,10 @@
 """Text data files: any bytes, in any encoding, as two files or one TSV, at any kind of path.
 Accepted, the pairs are those the rules of data/text.py's docstring give (worked out here
 byte by byte, character by character) and every line is counted in the load report;
-refused, in one DataError naming the field or the file."""
+refused, in one DataError naming the field or the file. Likewise the attention benchmark's
+results that ``visualize --measured`` reads."""
 
+import json
 import os
 import tempfile
 import unicodedata
@@ -10,9 +12,11 @@ from pathlib import Path
 
 from hypothesis import example, given, strategies as st
 
+from transformer_jax.analysis import attention_cost
 from transformer_jax.data import text
 from transformer_jax.errors import DataError
 
+from . import strategies as gen
 from .fuzzing import accepted, examples, outcome
 
 FIELD = "data.train_files"
@@ -160,3 +164,34 @@ def test_any_text_file_gives_the_pairs_of_the_rules_or_one_line(
              and report.total_lines == report.kept + report.skipped
              and report.kept == len(expected[0]),
              f"read {list(pairs)[:3]}..., the rules give {expected}")
+
+
+MEASURED = attention_cost.MEASURED_FILE.read_bytes()
+
+
+@examples(30)
+@given(st.one_of(gen.damaged_bytes(MEASURED), gen.mutated_json(json.loads(MEASURED)).map(
+    lambda d: json.dumps(d).encode()), st.binary(max_size=40)),
+    st.sampled_from(["file", "file", "file", "named pipe", "directory", "missing"]))
+@example(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "file")  # found: a UnicodeDecodeError
+@example(MEASURED, "file")
+def test_any_measured_file_gives_results_or_one_line(raw, kind):
+    """``visualize --measured=FILE``: the attention benchmark's results, each of the types
+    the pictures use, or a refusal naming the file."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "attention_scaling.json"
+        if kind == "named pipe":
+            os.mkfifo(path)
+        elif kind == "directory":
+            path.mkdir()
+        elif kind == "file":
+            path.write_bytes(raw)
+        ok, measured = outcome(lambda: attention_cost.measured_memory(path), names=[str(path)])
+        if not ok:
+            return
+        rows = measured["results"]
+        accepted(all(type(r["n"]) is int and r["n"] > 0 and type(r["peak_bytes"]) is int
+                     and r["pass"] in ("forward", "backward") for r in rows)
+                 and isinstance(attention_cost.bill_table(attention_cost.quadratic_bill(),
+                                                          measured), str),
+                 f"read {rows[:2]}")

@@ -17,8 +17,9 @@ from transformer_jax import exports
 from transformer_jax.config import resume
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
 from transformer_jax.evaluation import restore
-from transformer_jax.exports import hf
+from transformer_jax.exports import from_hf, hf
 from transformer_jax.io import layout
+from transformer_jax.model import kernels
 
 from ..conftest import once_per_session
 from . import strategies as gen
@@ -71,6 +72,24 @@ def test_any_vocabulary_file_loads_with_our_special_pieces_or_one_line(
                 and isinstance(tokenizer.decode(ids), str))
 
 
+@examples(20)
+@given(st.lists(st.one_of(st.integers(-3, 260), st.sampled_from([2**31, -(2**31), 10**20])),
+                max_size=12))
+@example([5, 250, 7])  # found: IndexError "piece id is out of range" from sentencepiece
+@example([-1])
+def test_any_ids_decode_to_text_or_one_line(trained_workdir, ids):
+    """Ids as a model of another vocabulary would give them: text, or a DataError naming the
+    vocabulary file, never sentencepiece's IndexError."""
+    tokenizer = Tokenizer(trained_workdir / VOCAB)
+    ok, read = outcome(lambda: (tokenizer.decode(ids), tokenizer.pieces(ids)),
+                       names=[str(tokenizer.path)])
+    fits = all(0 <= i < tokenizer.vocab_size for i in ids)
+    if ok:
+        accepted(fits and isinstance(read[0], str) and len(read[1]) == len(ids))
+    else:
+        assert not fits
+
+
 @pytest.fixture(scope="session")
 def marian(trained_workdir, tmp_path_factory):
     """The tiny trained model exported as a MarianMT directory, once a session."""
@@ -100,7 +119,7 @@ def test_any_marian_config_imports_its_model_or_one_line(marian, trained_workdir
         changes = {"max_position_embeddings": data.draw(st.integers(1, 4096))}
         foreign = data.draw(st.booleans())  # a MarianMT model from elsewhere: no run config
     else:
-        fields = data.draw(st.lists(st.sampled_from(sorted(hf.SIZES) + ["pad_token_id",
+        fields = data.draw(st.lists(st.sampled_from(sorted(from_hf.SIZES) + ["pad_token_id",
                                                                       "activation_function"]),
                                     min_size=1, max_size=2, unique=True))
         changes = {f: data.draw(SIZE_VALUES) for f in fields}
@@ -113,7 +132,7 @@ def test_any_marian_config_imports_its_model_or_one_line(marian, trained_workdir
         if foreign:
             (source / hf.RUN_CONFIG).unlink()
         out = Path(directory) / "imported"
-        ok, _ = outcome(lambda: hf.import_directory(str(source), out),
+        ok, _ = outcome(lambda: from_hf.import_directory(str(source), out),
                         names=[str(source)])
         if not ok:
             assert not out.exists()  # nothing half written
@@ -129,21 +148,65 @@ def test_any_marian_config_imports_its_model_or_one_line(marian, trained_workdir
 
 @examples(3)  # each restores a checkpoint
 @given(st.sampled_from(["hf", "ctranslate2"]), st.sampled_from(
-    ["num_heads", "d_model", "num_layers", "d_ff", "max_len", "positions", "norm"]),
-    st.one_of(st.sampled_from([1, 2, 8, 64, 128, "learned", "pre"]), gen.ANY_SCALAR))
+    ["num_heads", "d_model", "num_layers", "d_ff", "max_len", "positions", "norm", "attention",
+     "dropout_rate"]),
+    st.one_of(st.sampled_from([1, 2, 8, 64, 128, "learned", "pre", "local", "blockwise", 0.3]),
+              gen.ANY_SCALAR))
 @example("hf", "num_heads", 2)  # the model of config.json is not the checkpoint's
+@example("ctranslate2", "max_len", 128)  # found: exported, another table of the same shapes
+@example("hf", "attention", "blockwise")  # the same numbers another way: exported
 def test_an_edited_workdir_exports_whole_or_one_line(trained_workdir, target, field, value):
     with tempfile.TemporaryDirectory() as directory:
         workdir = Path(directory) / "run"
         shutil.copytree(trained_workdir, workdir, ignore=shutil.ignore_patterns(
             layout.TENSORBOARD))
         saved = json.loads((workdir / layout.CONFIG).read_text())
+        was = saved["model"][field]
         saved["model"][field] = value
         (workdir / layout.CONFIG).write_text(json.dumps(saved))
         out = Path(directory) / "out"
         ok, _ = outcome(lambda: exports.export(target, workdir, out, average=1),
                         names=[str(workdir)])
-        if ok:
-            accepted(out.is_dir() and any(out.iterdir()))
+        if ok:  # only a model the checkpoint's computes the same: the rule of a resume
+            accepted(out.is_dir() and any(out.iterdir()) and (value == was or (
+                field == "attention" and {value, was} <= set(kernels.having("exact")))),
+                f"exported with model.{field}={value!r}, trained with {was!r}")
         else:
             assert not out.exists()
+
+
+RUN_MODEL_EDITS = {"norm": ["pre", "post"], "positions": ["learned", "rotary", "sinusoidal"],
+                   "attention": ["local", "blockwise", "dense"], "num_kv_heads": [0, 1, 2],
+                   "d_k": [0, 4, 16], "dropout_rate": [0.0, 0.3],
+                   "share_embeddings": [False, True], "max_len": [16, 64]}
+
+
+@examples(4)  # each writes a workdir and restores its checkpoint
+@given(st.sampled_from(sorted(RUN_MODEL_EDITS)), st.data())
+@example("norm", "pre")  # found: imported, and computed as pre-LN on post-LN weights
+@example("positions", "rotary")  # found: imported, and computed without the weights' table
+@example("dropout_rate", 0.3)  # training's alone: imported as the config says
+def test_an_exported_runs_config_edited_imports_its_model_or_one_line(marian, field, data):
+    """The exported run's own config (transformer_jax_config.json) edited: imported only
+    when its model is the one MarianMT's config.json and weights describe."""
+    value = data if isinstance(data, str | bool | int | float) else data.draw(
+        st.sampled_from(RUN_MODEL_EDITS[field]))
+    with tempfile.TemporaryDirectory() as directory:
+        source = Path(directory) / "marian"
+        shutil.copytree(marian, source)
+        run = json.loads((source / hf.RUN_CONFIG).read_text())
+        run["model"][field] = value
+        (source / hf.RUN_CONFIG).write_text(json.dumps(run))
+        out = Path(directory) / "imported"
+        ok, _ = outcome(lambda: from_hf.import_directory(str(source), out),
+                        names=[str(source / hf.RUN_CONFIG)])
+        if not ok:
+            assert not out.exists()
+            return
+        m = restore.load_workdir(out, resume.workdir_config(out), 1).model_config
+        marian_config = json.loads((source / hf.CONFIG).read_text())
+        accepted((m.norm, m.positions, m.share_embeddings, m.kv_heads, m.d_k, m.max_len) == (
+            "post", "sinusoidal", True, marian_config["encoder_attention_heads"],
+            marian_config["d_model"] // marian_config["encoder_attention_heads"],
+            marian_config["max_position_embeddings"])
+            and m.attention in kernels.having("exact"), f"imported {m} with {field}={value!r}")

@@ -400,7 +400,7 @@ def test_model_axis_within_processes_and_the_workdir_in_a_bucket(builtin_data_di
         tmp_path / "logs")
     assert MODEL_WITHIN in logs[0] and MODEL_WITHIN in logs[1]
     assert_same_losses(workdir, one_process)
-    final = workdirs.read_json(workdir / "final_metrics.json")
+    final = workdirs.read_final(workdir)
     assert final["step"] == STEPS and final["averaged_steps"] == CHECKPOINTS[-2:]
     assert final["bleu_sentences"] == 2
     assert sorted(int(p.name) for p in (workdir / "checkpoints").iterdir()

@@ -184,7 +184,7 @@ def test_not_a_workdir(tmp_path):
 
 @pytest.mark.parametrize("damaged,message", [
     ("vocab/spm.model", "damaged vocabulary, not a SentencePiece model"),
-    ("config.json", "not a JSON config (Expecting value: line 1 column 1 (char 0))"),
+    ("config.json", "not JSON (Expecting value at line 1, column 1)"),
 ])
 @pytest.mark.parametrize("module", ["translate", "evaluate"])
 def test_a_damaged_workdir_file_is_one_line_naming_it(workdir, tmp_path, module, damaged,

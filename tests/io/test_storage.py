@@ -13,7 +13,7 @@ import pytest
 from transformer_jax.config import resume
 from transformer_jax.data import sources, text
 from transformer_jax.errors import DataError, UserError
-from transformer_jax.io import checkpoints, layout, storage, workdirs
+from transformer_jax.io import checkpoints, layout, storage, strict_json, workdirs
 from transformer_jax.sweeps import report as compare
 from transformer_jax.sweeps.experiment import load_experiment
 from transformer_jax.sweeps.run import run_sweep
@@ -29,7 +29,7 @@ def test_files_are_written_whole_locally_and_in_a_bucket(tmp_path, bucket):
         storage.path(where).mkdir(parents=True, exist_ok=True)
         storage.write_atomically(target, '{"step": 1}')
         storage.write_atomically(target, '{"step": 2}')
-        assert workdirs.read_json(target) == {"step": 2}
+        assert strict_json.read(target) == {"step": 2}
         assert [p.name for p in storage.path(where).iterdir()] == ["final_metrics.json"]
 
 

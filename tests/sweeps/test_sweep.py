@@ -14,7 +14,7 @@ from ml_collections import config_flags
 
 from transformer_jax import config as config_lib
 from transformer_jax.errors import ConfigError
-from transformer_jax.io import workdirs
+from transformer_jax.io import holds
 from transformer_jax.sweeps import hyper, launchers, records
 from transformer_jax.sweeps.experiment import Sweep, load_experiment
 from transformer_jax.sweeps.points import point_config, train_args
@@ -309,7 +309,7 @@ def test_status_of_finished_failed_running_and_unstarted_points(tmp_path, capsys
     records.record_attempt(failed, {"point": names[1]}, {"wall_s": 10.0, "returncode": 2})
     (failed / "train.log").write_text("12:00:01 model: ...\nerror: data.train_files: "
                                       "no such file x.tsv\n")
-    with workdirs.Hold(running):  # this process holds it, as a training run would
+    with holds.Hold(running):  # this process holds it, as a training run would
         lines = status_lines(sweep, str(tmp_path), "demo")
     assert len(lines) == len(names) + 1
     assert lines[0].split()[:4] == ["A_h1,seed=0", "finished", "step", "450/450"]

@@ -9,7 +9,6 @@ visualize.py draws them.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +18,8 @@ import jax
 import jax.numpy as jnp
 
 from transformer_jax import config as config_lib, paper
-from transformer_jax.errors import DataError, UserError
+from transformer_jax.errors import DataError, UserError, shown
+from transformer_jax.io import storage, strict_json
 from transformer_jax.io.storage import human_bytes
 from transformer_jax.model import masks, params
 from transformer_jax.model.kernels import dense
@@ -78,23 +78,59 @@ def measure_dense_attention(lengths: Sequence[int] | None = None, heads: int = 8
 def measured_memory(path: str | os.PathLike | None = None) -> dict[str, Any]:
     """The benchmark's measurements (``path``; by default :data:`MEASURED_FILE`, the
     checkout's experiments/results/attention_scaling.json, when it exists), else this
-    machine's compile-time figures. Failed lengths (with an ``error``) are left out."""
+    machine's compile-time figures. Failed lengths (with an ``error``) are left out.
+    DataError naming the file and the field for one that is not such results (read by
+    strict_json's rules, each field used of its type)."""
     path = Path(path) if path else MEASURED_FILE
-    if not path.is_file():
+    if storage.not_a_file(path) == "no such file":
         if path != MEASURED_FILE:
             raise UserError(f"{path}: no such attention-scaling result file")
         return measure_dense_attention()
     try:
-        data = json.loads(path.read_text())
-        results = [{**{key: r[key] for key in ("kind", "n", "pass")}, "peak_bytes": case_peak(r),
-                    **{key: r.get(key) for key in ("time_s", "cpu_s")}}
-                   for r in data["results"] if not r.get("error") and r.get("peak_bytes")]
-        header = {key: data[key] for key in ("machine", "heads")}
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: line {e.lineno}: not valid JSON ({e.msg})") from e
-    except (KeyError, TypeError) as e:
-        raise DataError(f"{path}: not an attention-scaling result file: no field {e}") from e
-    return {**data, **header, "results": results, "source": str(path)}
+        data = strict_json.read(path)
+    except strict_json.Damaged as e:
+        raise DataError(f"{e}; not an attention-scaling result file") from None
+
+    def refuse(field: str, value: Any, wanted: str) -> DataError:
+        return DataError(f"{path}: {field}={shown(str(value))[:40]!r} is not {wanted}; not an "
+                         "attention-scaling result file")
+
+    if not isinstance(data.get("machine"), str):
+        raise refuse("machine", data.get("machine"), "a string")
+    if not _count(data.get("heads"), 1):
+        raise refuse("heads", data.get("heads"), "a number of heads")
+    rows = data.get("results")
+    if not isinstance(rows, list):
+        raise refuse("results", rows, "a list")
+    results = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise refuse(f"results[{i}]", r, "an object")
+        if r.get("error") or r.get("peak_bytes") is None:
+            continue
+        for key, ok, wanted in (
+                ("kind", isinstance(r.get("kind"), str), "a kernel's name"),
+                ("n", _count(r.get("n"), 1), "a length"),
+                ("pass", r.get("pass") in ("forward", "backward"), "forward or backward"),
+                ("peak_bytes", _count(r.get("peak_bytes")), "a number of bytes"),
+                ("measured_bytes", r.get("measured_bytes") is None
+                 or _count(r.get("measured_bytes")), "a number of bytes"),
+                *((key, r.get(key) is None or _seconds(r.get(key)), "seconds")
+                  for key in ("time_s", "cpu_s"))):
+            if not ok:
+                raise refuse(f"results[{i}].{key}", r.get(key), wanted)
+        results.append({**{key: r[key] for key in ("kind", "n", "pass")},
+                         "peak_bytes": case_peak(r),
+                         **{key: r.get(key) for key in ("time_s", "cpu_s")}})
+    return {**data, "results": results, "source": str(path)}
+
+
+def _count(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
 
 
 def case_peak(row: dict[str, Any]) -> int | None:

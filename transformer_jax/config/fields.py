@@ -34,6 +34,8 @@ def set_field(c: ml_collections.ConfigDict, path: str, value: Any, origin: str =
         node = node[part]
     if leaf not in node or isinstance(node[leaf], ml_collections.ConfigDict):
         raise ConfigError(f"{where}unknown config field {path or repr(path)}")
+    if inexact_float(node[leaf], value):
+        raise ConfigError(f"{where}{path}={_short(value)} {INEXACT}")
     try:
         node[leaf] = value
     except (TypeError, ValueError) as e:  # ml_collections' own message runs over lines
@@ -42,8 +44,26 @@ def set_field(c: ml_collections.ConfigDict, path: str, value: Any, origin: str =
                           f"({kind})") from e
 
 
+INEXACT = "is an integer no float holds exactly; the field, a float, would hold another number"
+
+
+def inexact_float(current: Any, value: Any) -> bool:
+    """Whether the integer ``value``, given to a float field (``current``, its value), has no
+    exact float (over 53 bits, or past a float's range): ml_collections would store another
+    number without a word (9_007_199_254_740_993 as 9007199254740992.0)."""
+    if not isinstance(current, float) or isinstance(value, bool) or not isinstance(value, int):
+        return False
+    try:
+        return float(value) != value
+    except OverflowError:
+        return True
+
+
 def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past Python's 4,300 digits
+        text = f"<an integer of {value.bit_length():,} bits>"
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 

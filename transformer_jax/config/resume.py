@@ -12,8 +12,9 @@ from typing import Any
 from ml_collections import ConfigDict
 
 from transformer_jax import config as config_lib
+from transformer_jax.config.fields import INEXACT, inexact_float
 from transformer_jax.errors import UserError, shown
-from transformer_jax.io import layout, storage, workdirs
+from transformer_jax.io import layout, storage, strict_json, workdirs
 from transformer_jax.io.workdirs import now, read_config
 from transformer_jax.model import kernels
 
@@ -32,6 +33,9 @@ FREE_MODEL_FIELDS = ("model.block_size", "model.remat")
 MULTISTEPS_LEAVES = "opt_state/acc_grads/"
 # Data fields that read the same ids from elsewhere (the token cache): they may change.
 FREE_DATA_FIELDS = ("data.token_cache", "data.token_cache_dir", "data.token_cache_wait_s")
+# The key of a checkpoint's meta that records the model section it was trained with
+# (model_record), against which config.json is read back (check_recorded_model).
+MODEL_RECORD = "model"
 
 
 def workdir_config(workdir: str | os.PathLike, overrides: Mapping[str, Any] | None = None,
@@ -95,6 +99,8 @@ def _merge(config: ConfigDict, values: dict[str, Any], origin: str, prefix: str 
             continue
         if isinstance(value, dict):
             raise UserError(f"{origin}: {shown(prefix + key)} is an object, not a value")
+        if inexact_float(config[key], value):
+            raise UserError(f"{origin}: {shown(prefix + key)}={str(value)[:40]} {INEXACT}")
         try:
             config[key] = value
         except (TypeError, ValueError) as e:
@@ -120,11 +126,13 @@ def config_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, tupl
     return out
 
 
-def resume_conflicts(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def resume_conflicts(saved: dict[str, Any], new: dict[str, Any],
+                     there: str = "in the workdir", here: str = "asked") -> list[str]:
     """The changes from the ``saved`` config to the ``new`` one (dicts of sections, as in
     config.json) that a resumed run cannot take, one string each naming the field and both
-    values: "model.d_model: 512 in the workdir, 256 asked". Empty when ``new`` may resume
-    ``saved``; the fields it checks are ``FIXED_SECTIONS`` and ``FIXED_FIELDS``."""
+    values: "model.d_model: 512 in the workdir, 256 asked" (``there``, ``here``). Empty when
+    ``new`` may resume ``saved``; the fields it checks are ``FIXED_SECTIONS`` and
+    ``FIXED_FIELDS``."""
     out = []
     for field, (old, value) in config_changes(saved, new).items():
         if field.split(".")[0] not in FIXED_SECTIONS and field not in FIXED_FIELDS:
@@ -134,8 +142,49 @@ def resume_conflicts(saved: dict[str, Any], new: dict[str, Any]) -> list[str]:
         if field in FREE_MODEL_FIELDS + FREE_DATA_FIELDS or (
                 field == "model.attention" and {old, value} <= set(kernels.having("exact"))):
             continue
-        out.append(f"{field}: {old!r} in the workdir, {value!r} asked")
+        out.append(f"{field}: {old!r} {there}, {value!r} {here}")
     return out
+
+
+def model_record(config: ConfigDict) -> dict[str, Any]:
+    """The model section of ``config`` as a checkpoint records it (MODEL_RECORD)."""
+    return _plain(config.model.to_dict())
+
+
+def check_recorded_model(recorded: Any, model: dict[str, Any], checkpoint: str,
+                         config_path: str) -> None:
+    """UserError when ``model`` (the model section of config.json as read back) is not the
+    model ``recorded`` by ``checkpoint`` (its MODEL_RECORD; None, a checkpoint written before
+    it was recorded: nothing to compare), by the rule of a resume: config.json was edited,
+    and a model of the same shapes but other computation (pre-LN, other positions, another
+    kernel) would restore without a word."""
+    if recorded is None:
+        return
+    if not isinstance(recorded, dict):
+        raise UserError(f"checkpoint metadata {checkpoint}: {MODEL_RECORD}="
+                        f"{shown(str(recorded))[:40]!r} is not an object of fields; the "
+                        "checkpoint is damaged")
+    edits = resume_conflicts({"model": recorded}, {"model": model},
+                             there="in the checkpoint", here="in config.json")
+    if edits:
+        raise UserError(f"{config_path} describes another model than checkpoint {checkpoint} "
+                        f"was trained with: {'; '.join(edits)} (an edited config.json? "
+                        "restore it)")
+
+
+def recorded_model(workdir: storage.Path) -> tuple[Any, str] | None:
+    """(the model the newest checkpoint of ``workdir`` whose metadata reads recorded, that
+    checkpoint) read from the metadata file alone, or None without checkpoints (a damaged
+    metadata file is skipped: the resume sets that checkpoint aside)."""
+    for step in reversed(workdirs.checkpoint_steps_on_disk(workdir)):
+        where = workdir / layout.CHECKPOINTS / str(step)
+        try:
+            meta = strict_json.read(where / layout.CHECKPOINT_META, nan=True)
+        except strict_json.Damaged:
+            continue
+        if meta is not None:
+            return meta.get(MODEL_RECORD), str(where)
+    return None
 
 
 def remember_config(workdir: str | os.PathLike, new: dict[str, Any], resuming: bool,
@@ -157,6 +206,10 @@ def remember_config(workdir: str | os.PathLike, new: dict[str, Any], resuming: b
             (workdir / layout.CONFIG_CHANGES).unlink(missing_ok=True)
         return {}
     refuse_micro_batch_checkpoints(workdir, saved)
+    recorded = recorded_model(workdir)
+    if recorded is not None and isinstance(saved.get("model"), dict):
+        check_recorded_model(recorded[0], saved["model"], recorded[1],
+                             str(workdir / layout.CONFIG))
     conflicts = resume_conflicts(saved, new)
     if not workdirs.checkpoint_steps_on_disk(workdir):
         conflicts = [c for c in conflicts if c.startswith("data.")]

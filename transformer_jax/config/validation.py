@@ -196,6 +196,9 @@ def _check_fields(c: ml_collections.ConfigDict) -> None:
     """Every field on its own: its type, and its range or choices."""
     for path in STRINGS:
         _check_string(path, get_field(c, path))
+    if not c.variant.strip():  # the base model would train under no name
+        raise ConfigError(f"variant={c.variant!r} names no variant; it is chosen in the "
+                          "config argument, e.g. --config=configs/base.py:big")
     for path in BOOLS:
         value = get_field(c, path)
         if not isinstance(value, bool):

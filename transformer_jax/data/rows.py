@@ -30,7 +30,7 @@ from transformer_jax.data.order import epoch_order
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.data.tokens import Ids, encode_pairs, read_pairs
 from transformer_jax.errors import DataError
-from transformer_jax.io import layout, storage, workdirs
+from transformer_jax.io import layout, storage, strict_json, workdirs
 
 ROW_MULTIPLE = 64  # a row length chosen from the data is a multiple of this many slots,
 ROW_SHARE = 0.999  # the smallest that holds this share of the pairs measured
@@ -123,10 +123,13 @@ def row_len_of(spec: RowSpec, workdir: storage.PathLike, source: Sequence[tuple[
 
 
 def _recorded_row_len(path: storage.Path, max_len: int) -> int:
-    record = workdirs.read_json(path)
-    row_len = record.get("row_len") if isinstance(record, dict) else None
+    try:
+        record, why = strict_json.read(path), ""
+    except strict_json.Damaged as e:
+        record, why = None, f" ({str(e).removeprefix(f'{path}: ')})"
+    row_len = record.get("row_len") if record is not None else None
     if isinstance(row_len, bool) or not isinstance(row_len, int) or not 1 <= row_len <= max_len:
-        raise DataError(f"{path}: damaged, no row length of 1 to data.max_len={max_len} slots "
+        raise DataError(f"{path}: damaged{why}, no row length of 1 to data.max_len={max_len} slots "
                         "in it; restore it or train in another --workdir")
     logging.info("rows of %d slots, as recorded in %s", row_len, path)
     return row_len

@@ -58,7 +58,7 @@ from transformer_jax.data import text
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.data.tokens import ADD_EOS, Ids, Ragged, TokenizedPairs
 from transformer_jax.errors import DataError
-from transformer_jax.io import layout, locks, storage
+from transformer_jax.io import layout, locks, storage, strict_json
 
 FORMAT = 1  # of the records; a new format is a new key
 WRITER_OPTIONS = "group_size:1,uncompressed"  # one record a group: a random read is one read
@@ -92,16 +92,26 @@ class CachedIds:
         self.key = key
         try:
             self.records = array_record_data_source.ArrayRecordDataSource([self.path])
-            header = json.loads(self.records[0])
+            first = self.records[0]
         except Exception as e:  # noqa: BLE001  array_record raises several types for a bad file
             raise DataError(f"{self.path}: damaged token cache ({type(e).__name__})") from None
-        if not isinstance(header, dict) or header.get("key") != key:
+        try:
+            header = strict_json.loads(first, f"{self.path}: the header")
+        except strict_json.Damaged as e:
+            raise DataError(f"damaged token cache: {e}") from None
+        if header.get("key") != key:
             raise DataError(f"{self.path}: a token cache of other ids (another vocabulary or "
                             "other data)")
         if header.get("pairs") != len(self.records) - 1:
             raise DataError(f"{self.path}: damaged token cache: {len(self.records) - 1} "
                             f"records for the {header.get('pairs')} pairs its header names")
-        self.dtype = np.dtype(header["dtype"])
+        try:
+            self.dtype = np.dtype(str(header.get("dtype")))
+        except TypeError:
+            self.dtype = np.dtype("f")  # refused below
+        if self.dtype.kind not in "ui":
+            raise DataError(f"{self.path}: damaged token cache: dtype="
+                            f"{str(header.get('dtype'))[:20]!r} is not a type of ids")
 
     def __len__(self) -> int:
         return len(self.records) - 1

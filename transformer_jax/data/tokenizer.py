@@ -76,10 +76,11 @@ class Tokenizer:
         return [x + [EOS_ID] for x in ids] if add_eos else ids
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Ids -> text, stopping at the first EOS (padding is skipped)."""
+        """Ids -> text, stopping at the first EOS (padding is skipped). DataError naming the
+        file for an id that is none of its pieces: a model of a larger vocabulary."""
         out = []
         for i in ids:
-            i = int(i)
+            i = self._piece(i)
             if i == EOS_ID:
                 break
             if i != PAD_ID:
@@ -88,7 +89,14 @@ class Tokenizer:
 
     def pieces(self, ids: Iterable[int]) -> list[str]:
         """The subword strings of ids, for labelling pictures."""
-        return [self.sp.id_to_piece(int(i)) for i in ids]
+        return [self.sp.id_to_piece(self._piece(i)) for i in ids]
+
+    def _piece(self, i: int) -> int:
+        i = int(i)
+        if not 0 <= i < self.sp.get_piece_size():
+            raise DataError(f"{self.path}: id {i} is none of its {self.sp.get_piece_size()} "
+                            "pieces: the ids come from a model of another vocabulary")
+        return i
 
 
 def train_tokenizer(sentences: Iterable[str], vocab_size: int, model_path: str | os.PathLike,

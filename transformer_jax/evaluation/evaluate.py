@@ -51,6 +51,7 @@ def evaluate_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDic
         raise UserError(f"--split={split!r} is not one of validation, test")
     start = time.time()
     loaded = load_workdir(workdir, config, average)
+    out = storage.check(storage.path(workdir) / layout.EVAL, "the evaluation's folder")
     spec = pipeline.DataSpec.from_config(config)
     source = sources.get_source(spec.source, split)
     n = min(limit, len(source)) if limit else len(source)
@@ -81,8 +82,6 @@ def evaluate_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDic
         # The sources longer than the model takes, shortened to its limit for translation.
         "source_limit": limit, "shortened_sources": [dataclasses.asdict(x) for x in long],
     }
-    out = storage.path(workdir) / layout.EVAL
-    out.mkdir(exist_ok=True)
     tag = f"beam{decoding.beam_size}" if decoding.strategy == "beam" else decoding.strategy
     name = f"{split}-avg{len(loaded.steps)}-{tag}"
     storage.write_atomically(out / f"{name}.hyp.txt", "".join(h + "\n" for h in hyps))

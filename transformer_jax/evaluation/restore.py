@@ -10,6 +10,7 @@ from typing import Any
 import ml_collections
 
 from transformer_jax import config as config_lib
+from transformer_jax.config import resume
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.errors import UserError
 from transformer_jax.io import checkpoints, layout, storage
@@ -59,6 +60,9 @@ def load_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDict,
             raise UserError(f"{vocab} has {tokenizer.vocab_size} pieces but the model of "
                             f"{ckpts.directory / str(steps[-1])} was trained with {vocab_size}: "
                             "the vocabulary is not the run's")
+        resume.check_recorded_model(meta.get(resume.MODEL_RECORD), config.model.to_dict(),
+                                    str(ckpts.directory / str(steps[-1])),
+                                    str(workdir / layout.CONFIG))
         model_config = TransformerConfig.from_config(config.model, vocab_size)
         template = params_lib.param_shapes(model_config)
         if average is None:

@@ -1,7 +1,8 @@
 """Exports of a trained model to the engines people deploy, one module a target
 (``ctranslate2``, ``hf``): each defines ``check(model_config)``, raising ConfigError for what
 it cannot express, and ``export(loaded, config, workdir, directory, **options)``, writing
-into a new empty directory. ``mapping`` (not a target) holds what they share."""
+into a new empty directory. ``mapping`` (not a target) holds what they share; ``from_hf``
+(not a target either) reads a MarianMT directory back into a workdir."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from transformer_jax.errors import UserError
 from transformer_jax.exports import mapping
 from transformer_jax.io import storage
 
-SHARED = "mapping"
+NOT_TARGETS = ("mapping", "from_hf")
 
 
 def names() -> tuple[str, ...]:
-    """The targets: the modules of this package but ``mapping``."""
-    return tuple(n for n in plugins.module_names(tuple(__path__), "exports") if n != SHARED)
+    """The targets: the modules of this package but NOT_TARGETS."""
+    return tuple(n for n in plugins.module_names(tuple(__path__), "exports")
+                 if n not in NOT_TARGETS)
 
 
 def get(name: str) -> Any:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from transformer_jax.errors import ConfigError, UserError
+from transformer_jax.errors import ConfigError, UserError, shown
 from transformer_jax.io import layout, storage
 from transformer_jax.model import kernels, positions
 from transformer_jax.model.spec import TransformerConfig
@@ -219,13 +219,26 @@ def from_layers(w: Weights, config: TransformerConfig) -> dict[str, Any]:
 
 
 def check_new(out: storage.PathLike) -> storage.Path:
-    """``out`` as a path; UserError if it exists already or its parent does not."""
+    """``out`` as a path; UserError if it exists already, its parent does not, or the
+    directory :func:`writing` makes beside it cannot be made there (a name too long, no
+    permission): checked before anything is read."""
     path = storage.path(out)
+    given = shown(os.fspath(out))
     if path.exists():
-        raise UserError(f"--out={out} exists already; name a new directory")
+        raise UserError(f"--out={given} exists already; name a new directory")
     if not path.parent.is_dir():
-        raise UserError(f"--out={out}: no directory {path.parent}")
+        raise UserError(f"--out={given}: no directory {shown(os.fspath(path.parent))}")
+    try:
+        os.rmdir(_partial(path))
+    except OSError as e:
+        raise UserError(f"--out={given} cannot be written: {storage.describe_error(e)}"
+                        ) from None
     return path
+
+
+def _partial(path: storage.Path) -> str:
+    """A new, empty directory beside ``path``, for :func:`writing`."""
+    return tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=os.path.dirname(path))
 
 
 @contextlib.contextmanager
@@ -234,7 +247,7 @@ def writing(out: storage.PathLike) -> Iterator[str]:
     without error and removed when it raises: no half-written ``out`` is ever seen."""
     path = check_new(out)
     local = os.fspath(path)
-    partial = tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=os.path.dirname(local))
+    partial = _partial(path)
     try:
         yield partial
         os.rename(partial, local)

@@ -38,7 +38,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from transformer_jax.errors import TrainingStopped, UserError
-from transformer_jax.io import layout, storage
+from transformer_jax.io import late_reads, layout, storage
 from transformer_jax.io.checkpoint_integrity import (
     CHECKSUMS,
     CorruptCheckpoint,
@@ -69,6 +69,7 @@ class Checkpoints:
             item_names=("state", "data", "meta"),
         )
         self._writing: int | None = None  # the step of a save that may still be running
+        late_reads.quiet()  # a damaged checkpoint's refusal stays one line
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()

@@ -36,6 +36,8 @@ from transformer_jax.io import storage
 CONFIG = "config.json"
 CONFIG_CHANGES = "config_changes.jsonl"
 CHECKPOINTS = "checkpoints"
+# A checkpoint's meta item, as orbax writes it: checkpoints/<step>/meta/metadata (JSON).
+CHECKPOINT_META = "meta/metadata"
 VOCAB = "vocab"
 VOCAB_MODEL = "spm.model"
 ROW_LEN = "row_len.json"

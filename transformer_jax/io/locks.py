@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from transformer_jax.io import storage
+from transformer_jax.io import storage, strict_json
 
 HEARTBEAT_S = 30.0  # how often a bucket lock's holder rewrites it
 STALE_S = 180.0  # a bucket lock unchanged this long was left by a killed holder
@@ -140,11 +140,13 @@ class Lock:
                            "heartbeat": time.time()}).encode()
 
     def _read(self) -> dict[str, Any]:
+        """The lock's record ({} when there is none; a damaged one is {}, with a warning:
+        no holder this process could name, so it waits out ``stale_s``)."""
         try:
-            record = json.loads(self.path.read_bytes())
-        except (FileNotFoundError, ValueError):
+            return strict_json.read(self.path, missing={})
+        except strict_json.Damaged as e:
+            strict_json.warn(f"{e}; its holder unknown")
             return {}
-        return record if isinstance(record, dict) else {}
 
     def _is_mine(self) -> bool:
         return self._read().get("token") == self._token

@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import json
-import logging
 import platform
 import shlex
 import socket
@@ -28,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from transformer_jax.io import layout, storage, workdirs
+from transformer_jax.io import layout, storage, strict_json, workdirs
 
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint")
 _REPO = Path(__file__).resolve().parents[2]
@@ -82,9 +81,12 @@ def entry(step: int = 0) -> dict[str, Any]:
 
 
 def record(workdir: storage.PathLike, step: int = 0) -> dict[str, Any]:
-    """Appends this start's entry to ``<workdir>/provenance.json``; returns it."""
+    """Appends this start's entry to ``<workdir>/provenance.json``; returns it. A file that
+    reads with anything left out (damaged, edited) is first set aside, kept whole."""
     path = storage.path(workdir) / layout.PROVENANCE
-    runs = read(workdir)
+    runs, whole = _entries(path)
+    if not whole:
+        strict_json.set_aside(path)
     new = entry(step)
     storage.write_atomically(path, json.dumps({"runs": [*runs, new]}, indent=2))
     return new
@@ -94,18 +96,25 @@ def read(workdir: storage.PathLike) -> list[dict[str, Any]]:
     """The workdir's entries, oldest first ([] when there are none). Entries that are not
     what :func:`entry` writes (an edited or damaged file: not an object, a commit that is not
     a string, versions that are not strings) are left out with a warning naming the file."""
-    path = storage.path(workdir) / layout.PROVENANCE
+    return _entries(storage.path(workdir) / layout.PROVENANCE)[0]
+
+
+def _entries(path: storage.Path) -> tuple[list[dict[str, Any]], bool]:
+    """(the good entries of ``path``, whether the file held nothing else)."""
     data = workdirs.read_object(path)
-    runs = data.get("runs", []) if data is not None else []
+    if data is None:
+        return [], not path.exists()
+    runs = data.get("runs", [])
     runs = runs if isinstance(runs, list) else [runs]
     good = [r for r in runs if isinstance(r, dict)
             and isinstance(r.get("commit", ""), str)
             and isinstance(r.get("versions", {}), dict)
             and all(isinstance(v, str) for v in r.get("versions", {}).values())]
     if len(good) < len(runs):
-        logging.warning("warning: %s: left out %d entr%s not of the form a run writes", path,
-                        len(runs) - len(good), "y" if len(runs) - len(good) == 1 else "ies")
-    return good
+        strict_json.warn(f"{path}: left out {len(runs) - len(good)} "
+                         f"entr{'y' if len(runs) - len(good) == 1 else 'ies'} not of the form a "
+                         "run writes")
+    return good, len(good) == len(runs) and set(data) <= {"runs"}
 
 
 def fingerprint(run: dict[str, Any]) -> dict[str, Any]:

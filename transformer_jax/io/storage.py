@@ -51,7 +51,7 @@ from typing import IO, Any
 import fsspec
 from etils import epath
 
-from transformer_jax.errors import UserError
+from transformer_jax.errors import UserError, shown
 
 REMOTE_SCHEMES = ("gs://",)
 REMOTE_FLUSH_S = 30.0  # how often a bucket log is rewritten (and always on close)
@@ -75,9 +75,11 @@ def path(p: PathLike) -> epath.Path:
     made absolute (so that orbax, TFDS and subprocesses agree on it).
 
     Raises UserError for another scheme (``s3://``...): orbax writes checkpoints only to
-    local paths and ``gs://``.
+    local paths and ``gs://``; and for a NUL byte, which no file system takes in a name.
     """
     text = os.fspath(p)
+    if "\0" in text:
+        raise UserError(f"{shown(text)}: a path cannot hold a NUL byte")
     if is_remote(text):
         return epath.Path(text)
     if "://" in text:
@@ -101,8 +103,8 @@ def not_a_file(p: PathLike) -> str:
         mode = os.stat(os.fspath(path(p))).st_mode
     except FileNotFoundError:
         return "no such file"
-    except (OSError, ValueError) as e:  # a name too long, a NUL, a loop of links
-        return f"not readable ({type(e).__name__}: {e})"
+    except (OSError, ValueError) as e:  # a name too long, a loop of links
+        return f"not readable ({type(e).__name__}: {shown(str(e))})"
     if stat.S_ISREG(mode):
         return ""
     kinds = [(stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe"),
@@ -288,8 +290,21 @@ def check(p: PathLike, what: str = "workdir") -> epath.Path:
             probe.write_text("ok")
             probe.unlink()
     except Exception as e:  # noqa: BLE001 -- every storage library raises its own errors
-        raise UserError(f"{what} {target} is not writable: {describe_error(e, target)}"
-                        ) from e
+        raise UserError(f"{what} {shown(os.fspath(target))} is not writable: "
+                        f"{describe_error(e, target)}") from e
+    return target
+
+
+def check_file(p: PathLike, what: str) -> epath.Path:
+    """``p`` as the path of a file to write, after checking that it can be: UserError in one
+    line naming ``what`` (the flag) and the path when it is a directory or another kind of
+    file than a regular one, or its directory does not exist or is not one."""
+    target = path(p)
+    why = not_a_file(target)
+    if why not in ("", "no such file"):
+        raise UserError(f"{what}={shown(os.fspath(p))}: {why}, not a file to write")
+    if not is_remote(target) and not target.parent.is_dir():
+        raise UserError(f"{what}={shown(os.fspath(p))}: no directory {target.parent}")
     return target
 
 

@@ -14,9 +14,15 @@ from transformer_jax.sweeps import launchers
 
 def check_workdir_model(workdir: storage.Path, config: ml_collections.ConfigDict,
                         label: str) -> None:
-    """A workdir trained with another model or data cannot resume this point."""
-    saved = workdirs.read_json(workdir / layout.CONFIG)
-    if not isinstance(saved, dict) or not (workdir / layout.CHECKPOINTS).exists():
+    """A workdir trained with another model or data cannot resume this point; one whose
+    config.json is damaged is named (workdirs.read_config's UserError)."""
+    if not (workdir / layout.CHECKPOINTS).exists():
+        return
+    try:
+        saved = workdirs.read_config(workdir)
+    except UserError as e:
+        raise UserError(f"point {label}: {e}") from None
+    if saved is None:
         return
     conflicts = resume.resume_conflicts(saved, config.to_dict())
     if conflicts:

@@ -108,10 +108,16 @@ def check_sweep(sweep: Any, path: str) -> None:
     if len(sweep.grid) > MAX_POINTS:
         raise UserError(f"{where}: {len(sweep.grid):,} points; one sweep runs at most "
                         f"{MAX_POINTS:,}: split it")
+    if not sweep.variant.strip():
+        raise UserError(f"{where}: Sweep.variant={sweep.variant!r} names no variant")
     for i, point in enumerate(sweep.grid):
         if not isinstance(point, dict) or not all(isinstance(k, str) for k in point):
             raise UserError(f"{where}: point {i} of Sweep.grid, {str(point)[:60]!r}, is not a "
                             "dict of field names and values")
+        variant = point.get(hyper.VARIANT, sweep.variant)
+        if not isinstance(variant, str) or not variant.strip():
+            raise UserError(f"{where}: point {i} of Sweep.grid has variant="
+                            f"{shown(str(variant))[:40]!r}, which names no variant")
     for field in ("overrides", "demo_overrides"):
         value = getattr(sweep, field)
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
@@ -237,6 +243,9 @@ def parse_grid(text: str) -> list[dict[str, Any]]:
                         "--grid=optim.lr_scale=0.5,1,2")
     items = [v.strip() for v in values.split(",")]
     if field == hyper.VARIANT:
+        if not all(items):  # the config file's default variant would train under no name
+            raise UserError(f"{origin}: an empty variant name; name each, e.g. "
+                            "--grid=variant=base,big")
         return hyper.sweep(field, items)
     if field == hyper.SEED:  # sets every field of config.SEED_FIELDS
         current = config_lib.get_field(config_lib.base_config(), config_lib.SEED_FIELDS[0])

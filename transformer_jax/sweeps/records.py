@@ -13,7 +13,7 @@ import ml_collections
 
 from transformer_jax import config as config_lib
 from transformer_jax.errors import UserError
-from transformer_jax.io import layout, storage, workdirs
+from transformer_jax.io import layout, storage, strict_json, workdirs
 from transformer_jax.sweeps import hyper
 from transformer_jax.sweeps.experiment import Point, Sweep
 
@@ -50,22 +50,15 @@ def read_sweep(root: storage.PathLike) -> dict[str, Any] | None:
     each (no name climbs out of it), with a config of sections and seeds of integers.
     UserError naming the file and the field that is not so (a damaged or edited file)."""
     path = storage.path(root) / layout.SWEEP
-    why = storage.not_a_file(path)
-    if why == "no such file":
-        return None
-    if why:
-        raise UserError(f"{path}: {why}, not a sweep record")
     try:
-        definition = json.loads(path.read_bytes().decode("utf-8"))
-    except (ValueError, RecursionError) as e:
-        raise UserError(f"{path}: damaged, not JSON ({str(e)[:80]}); move it away to "
-                        "report the runs of the folder") from None
+        definition = strict_json.read(path)
+    except strict_json.Damaged as e:
+        raise UserError(f"{e}; move it away to report the runs of the folder") from None
+    if definition is None:
+        return None
 
     def refuse(field: str, value: Any, wanted: str) -> UserError:
         return UserError(f"{path}: {field}={str(value)[:60]!r} is not {wanted}")
-
-    if not isinstance(definition, dict):
-        raise refuse("the file", definition, "an object")
     for field in ("name", "experiment", "config", "parameter", "scale", "description"):
         if not isinstance(definition.get(field, ""), str):
             raise refuse(field, definition[field], "a string")
@@ -120,9 +113,18 @@ def check_root(root: storage.Path, definition: dict[str, Any]) -> None:
 
 
 def read_point(workdir: storage.PathLike) -> dict[str, Any]:
-    """The point's sweep_point.json ({} when there is none or it is damaged; the next attempt
-    writes it again), its attempts those that are objects."""
-    record = workdirs.read_object(storage.path(workdir) / layout.SWEEP_POINT) or {}
+    """The point's sweep_point.json ({} when there is none or it is damaged, with a warning;
+    the next attempt writes it again, setting the damaged one aside), its attempts those
+    that are objects and their times numbers (what is left out named in a warning)."""
+    return _read_point(storage.path(workdir) / layout.SWEEP_POINT)[0]
+
+
+def _read_point(path: storage.Path) -> tuple[dict[str, Any], bool]:
+    """(the record of :func:`read_point`, whether the file held nothing it leaves out)."""
+    raw = workdirs.read_object(path)
+    if raw is None:
+        return {}, not path.exists()
+    record = json.loads(json.dumps(raw))  # a copy, compared with the file below
     if "attempts" in record:
         attempts = record["attempts"]
         attempts = [a for a in attempts if isinstance(a, dict)] \
@@ -132,7 +134,11 @@ def read_point(workdir: storage.PathLike) -> dict[str, Any]:
                 if key in a and (isinstance(a[key], bool) or not isinstance(a[key], int | float)):
                     del a[key]
         record["attempts"] = attempts
-    return record
+    whole = record == raw
+    if not whole:
+        strict_json.warn(f"{path}: left out attempts or times that are not what a sweep "
+                         "writes")
+    return record, whole
 
 
 def record_point(workdir: storage.PathLike, header: dict[str, Any],
@@ -141,7 +147,9 @@ def record_point(workdir: storage.PathLike, header: dict[str, Any],
     swept values and seeds) and adds ``attempt`` if given; written whole or not at all."""
     workdir = storage.path(workdir)
     path = workdir / layout.SWEEP_POINT
-    record = read_point(workdir)
+    record, whole = _read_point(path)
+    if not whole:
+        strict_json.set_aside(path)
     record.update(header)
     record.setdefault("attempts", [])
     if attempt is not None:

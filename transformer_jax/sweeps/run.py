@@ -47,7 +47,7 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
     definition = records.definition(sweep, points, configs, scale, experiment)
     records.check_root(root_path, definition)
     if not dry_run:
-        root_path.mkdir(parents=True, exist_ok=True)
+        storage.check(root_path, "--root")
         storage.write_atomically(root_path / layout.SWEEP, json.dumps(definition, indent=2))
 
     trials = None

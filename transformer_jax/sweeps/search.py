@@ -92,7 +92,7 @@ def run_search(sweep: Sweep, root: str, search: Search, launcher: str = "local",
               f"of {', '.join(map(str, sweep.space))} "
               f"({samplers.get(search.sampler).describe(controller.budget)})")
         return {}
-    root_path.mkdir(parents=True, exist_ok=True)
+    storage.check(root_path, "--root")
     study = controller.open(store or studies.open_storage(controller.url))
     if dry_run:
         outcome = {}

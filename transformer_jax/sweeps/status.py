@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from transformer_jax.errors import ConfigError
-from transformer_jax.io import layout, metric_keys, storage, workdirs
+from transformer_jax.io import holds, layout, metric_keys, storage, workdirs
 from transformer_jax.sweeps import launchers, records
 from transformer_jax.sweeps.experiment import Point, Sweep
 from transformer_jax.sweeps.points import point_config
@@ -81,10 +81,10 @@ def stopped(workdir: storage.Path) -> Any:
 
 
 def running(workdir: storage.PathLike) -> bool:
-    """Whether a run holds the workdir now (workdirs.Hold): a live process on this host, or
+    """Whether a run holds the workdir now (holds.Hold): a live process on this host, or
     a heartbeat of the last few minutes from another."""
-    hold = workdirs.read_hold(workdir)
-    return hold is not None and workdirs.hold_is_live(hold)
+    hold = holds.read_hold(workdir)
+    return hold is not None and holds.hold_is_live(hold)
 
 
 def point_progress(workdir: storage.Path, num_steps: int, ask_queue: bool = True

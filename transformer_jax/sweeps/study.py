@@ -34,11 +34,11 @@ from typing import Any
 import optuna
 
 from transformer_jax.errors import UserError
-from transformer_jax.io import layout, storage, workdirs
+from transformer_jax.io import holds, layout, storage, workdirs
 from transformer_jax.training import studies
 
 # How often a controller renews the heartbeat of the trials it runs, and polls a scheduler.
-HEARTBEAT_S = workdirs.HEARTBEAT_S
+HEARTBEAT_S = holds.HEARTBEAT_S
 CLAIM = "controller"  # the controller that runs the trial
 POINTS = "points"  # its workdirs' names
 PHASE = "phase"  # EXPLORE or CONFIRM
@@ -91,7 +91,7 @@ def load_study(name: str, url: str, store: optuna.storages.BaseStorage | None = 
 
 
 def claim() -> dict[str, Any]:
-    """This controller, as a workdir's hold names its run (workdirs.hold_is_live)."""
+    """This controller, as a workdir's hold names its run (holds.hold_is_live)."""
     return {"host": socket.gethostname(), "pid": os.getpid(), "since": workdirs.now(),
             "heartbeat": workdirs.now()}
 
@@ -103,7 +103,7 @@ def abandoned(trial: optuna.trial.FrozenTrial) -> bool:
     if held is None:
         started = trial.datetime_start.timestamp() if trial.datetime_start else 0.0
         return time.time() - started > HEARTBEAT_S
-    return not workdirs.hold_is_live(held)
+    return not holds.hold_is_live(held)
 
 
 def set_attr(study: optuna.Study, number: int, key: str, value: Any) -> None:

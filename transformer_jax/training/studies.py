@@ -79,6 +79,11 @@ def _journal(path: str) -> Any:
         for study in journal.get_all_studies():
             if not isinstance(study.study_name, str):  # Optuna replays any JSON value
                 raise TypeError(f"a study named {study.study_name!r}, not a string")
+            if len(study.directions) != 1:
+                raise TypeError(f"study {study.study_name!r} of {len(study.directions)} "
+                                "objectives, not one")
+            for trial in journal.get_all_trials(study._study_id, deepcopy=False):
+                _check_told(trial)
         return journal
     except OSError:
         raise  # the file system's (permissions, a full disk): the command names them
@@ -87,6 +92,19 @@ def _journal(path: str) -> Any:
         # as a ValueError, a wrong operation as a KeyError, TypeError or AssertionError.
         raise UserError(f"{path}: not an Optuna journal of a study (damaged or edited: "
                         f"{type(e).__name__}: {str(e)[:80]})") from None
+
+
+def _check_told(trial: Any) -> None:
+    """TypeError unless the values told to ``trial`` are what a search tells: one number,
+    and one for a trial complete (Optuna replays any JSON value there)."""
+    import optuna
+
+    values = trial.values
+    one_number = isinstance(values, list) and len(values) == 1 and isinstance(
+        values[0], int | float) and not isinstance(values[0], bool)
+    if not one_number and (values is not None or trial.state == optuna.trial.TrialState.COMPLETE):
+        raise TypeError(f"trial {trial.number} ({trial.state.name}) told "
+                        f"{str(values)[:40]!r}, not one number")
 
 
 def direction(objective: str) -> str:

@@ -25,7 +25,15 @@ from transformer_jax import config as config_lib
 from transformer_jax.config import resume
 from transformer_jax.data import batching, pipeline, tokenizer as tokenizer_lib
 from transformer_jax.evaluation.perplexity import loss_over_batches
-from transformer_jax.io import checkpoints, layout, metric_keys, provenance, storage, workdirs
+from transformer_jax.io import (
+    checkpoints,
+    holds,
+    layout,
+    metric_keys,
+    provenance,
+    storage,
+    workdirs,
+)
 from transformer_jax.io.logs import MetricWriter
 from transformer_jax.model import params as params_lib
 from transformer_jax.model.spec import TransformerConfig
@@ -52,7 +60,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: storage.PathL
     and raises TrainingStopped; on a workdir whose run stopped, TrainingStopped is raised
     at once (a stopped run is not resumed).
 
-    The run holds the workdir from start to end (``workdirs.Hold``: a second run on it is
+    The run holds the workdir from start to end (``holds.Hold``: a second run on it is
     refused) and checks its config against the workdir's (``resume.remember_config``:
     changed model or data settings are refused, other changes recorded) before anything
     else is written there.
@@ -68,7 +76,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: storage.PathL
     # The study and trial are checked before anything is written.
     trial = (stops.TrialWatch(config.search, last_step=config.train.num_steps)
              if config.search.storage and is_chief else None)
-    with workdirs.Hold(workdir, enabled=is_chief):
+    with holds.Hold(workdir, enabled=is_chief):
         resuming = (bool(workdirs.checkpoint_steps_on_disk(workdir))
                     or tokenizer_lib.vocab_path(workdir).exists())
         changes = resume.remember_config(workdir, json.loads(config.to_json_best_effort()),
@@ -305,6 +313,7 @@ class Run:
             return
         self._fetch_metrics()
         meta = {"step": self.step, "vocab_size": self.tokenizer.vocab_size,
+                resume.MODEL_RECORD: resume.model_record(self.config),
                 "skipped_long_pairs": self.data.length_filter.skipped, **self.nonfinite.state()}
         for watch in self.watches:
             meta.update(watch.state())

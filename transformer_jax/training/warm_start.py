@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import ml_collections
 
+from transformer_jax.config import resume
 from transformer_jax.data import pipeline
 from transformer_jax.io import checkpoints, storage
 from transformer_jax.model.spec import TransformerConfig
@@ -28,6 +29,7 @@ def save_initial(config: ml_collections.ConfigDict, workdir: storage.PathLike,
     try:
         ckpts.save(0, state, data.train.iterator,
                    {"step": 0, "vocab_size": data.tokenizer.vocab_size,
+                    resume.MODEL_RECORD: resume.model_record(config),
                     "skipped_long_pairs": data.train.length_filter.skipped}, force=True)
     finally:
         ckpts.close()
