@@ -13,15 +13,9 @@ from collections.abc import Callable
 
 import pytest
 
-from transformer_jax.data import corpus
-from transformer_jax.data.corpus import (
-    NP,
-    Clause,
-    Sentence,
-    number_de,
-    number_en,
-    render_sentence,
-)
+from transformer_jax.data import corpus, lexicon
+from transformer_jax.data.grammar import NP, Clause, Sentence, render_sentence
+from transformer_jax.data.lexicon import number_de, number_en
 
 ME, YOU, HE, SHE = NP(pronoun="I"), NP(pronoun="you"), NP(pronoun="he"), NP(pronoun="she")
 WE, THEY = NP(pronoun="we"), NP(pronoun="they")
@@ -269,7 +263,7 @@ def test_noun_noun_sequences_become_one_german_word(clause, english, german):
     (("kitchen", "table"), "Küchentisch", "m"),
 ])
 def test_compound_takes_the_gender_of_its_head(key, german, gender):
-    noun = corpus.COMPOUNDS[key]
+    noun = lexicon.COMPOUNDS[key]
     assert (noun.de, noun.gender) == (german, gender)
 
 
@@ -395,7 +389,7 @@ def test_sentence_lengths(sample):
 
 
 def test_text_form(sample):
-    german_nouns = {form.lower() for n in [*corpus.NOUNS.values(), *corpus.COMPOUNDS.values()]
+    german_nouns = {form.lower() for n in [*lexicon.NOUNS.values(), *lexicon.COMPOUNDS.values()]
                     for form in (n.de, n.de_pl)}
     for en, de in sample:
         assert en.isascii(), en
@@ -428,17 +422,17 @@ def _has(*words: str) -> Callable[[str], bool]:
     return lambda text: pattern.search(text) is not None
 
 
-_PLURALS = [n.en_pl for n in corpus.NOUNS.values()]
+_PLURALS = [n.en_pl for n in lexicon.NOUNS.values()]
 _NUMBER_WORDS = [number_en(n) for n in range(2, 100)]
-_COMPOUND_WORDS = [c.de for c in corpus.COMPOUNDS.values()] + [
-    c.de_pl for c in corpus.COMPOUNDS.values()]
+_COMPOUND_WORDS = [c.de for c in lexicon.COMPOUNDS.values()] + [
+    c.de_pl for c in lexicon.COMPOUNDS.values()]
 PHENOMENA: list[tuple[str, str, Callable[[str], bool], float]] = [
     ("subordinate clause", "en", _has("that", "whether", "because", "if", "although", "while"),
      0.25),
     ("verb-final clause", "de", _has("dass", "ob", "weil", "wenn", "obwohl", "während"), 0.25),
     ("fronted subordinate clause", "en", re.compile(
         r"^(If|Because|Although|While) ").match, 0.05),
-    ("V2 after fronted adverb", "en", lambda s: s.split()[0].lower() in corpus.ADVERBS, 0.05),
+    ("V2 after fronted adverb", "en", lambda s: s.split()[0].lower() in lexicon.ADVERBS, 0.05),
     ("question", "en", lambda s: s.endswith("?"), 0.05),
     ("perfect", "en", _has("has", "have"), 0.15),
     ("perfect with sein", "de", _has("bin", "bist", "ist", "sind"), 0.03),
@@ -446,10 +440,10 @@ PHENOMENA: list[tuple[str, str, Callable[[str], bool], float]] = [
     ("dative verb", "en", _has(*[f for v in ("help", "thank", "follow")
                                  for f in (v, v + "s", v + "ed")]), 0.03),
     ("ditransitive", "de", _has(*[f for v in ("give", "show", "bring", "send")
-                                  for f in corpus.VERBS[v].de]), 0.05),
-    ("preposition", "en", _has(*corpus.PREPOSITIONS), 0.15),
+                                  for f in lexicon.VERBS[v].de]), 0.05),
+    ("preposition", "en", _has(*lexicon.PREPOSITIONS), 0.15),
     ("contraction im/vom", "de", _has("im", "vom"), 0.02),
-    ("adjective", "en", _has(*corpus.ADJECTIVES), 0.2),
+    ("adjective", "en", _has(*lexicon.ADJECTIVES), 0.2),
     ("plural noun", "en", _has(*_PLURALS), 0.2),
     ("coordinated subject", "en", _has("and"), 0.02),
     ("pronoun", "en", _has("I", "you", "he", "she", "it", "we", "they"), 0.2),

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from transformer_jax.data import corpus, long_corpus
-from transformer_jax.data.corpus import NP, Clause, Sentence
+from transformer_jax.data.grammar import NP, Clause, Sentence
 from transformer_jax.data.long_corpus import Coordinated, render_coordinated
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from typing import NamedTuple
 
-from transformer_jax.data import corpus
+from transformer_jax.data import corpus, grammar
 
 # L: the longest source, in words, of the train and validation splits.
 MAX_TRAIN_WORDS = 16
@@ -42,7 +42,7 @@ class Coordinated(NamedTuple):
     """Statements joined by conjunctions: ``conjs[i]`` (a key of ``CONJUNCTIONS``) comes
     between ``parts[i]`` and ``parts[i + 1]``."""
 
-    parts: tuple[corpus.Sentence, ...]
+    parts: tuple[grammar.Sentence, ...]
     conjs: tuple[str, ...]
 
 
@@ -51,11 +51,11 @@ def render_coordinated(c: Coordinated) -> tuple[str, str]:
     if len(c.conjs) != len(c.parts) - 1 or any(s.question for s in c.parts):
         raise ValueError(f"{len(c.parts)} statements need {len(c.parts) - 1} conjunctions "
                          "and no question")
-    en, de = corpus.render_tokens(c.parts[0])
+    en, de = grammar.render_tokens(c.parts[0])
     for conj, part in zip(c.conjs, c.parts[1:], strict=True):
-        part_en, part_de = corpus.render_tokens(part)
+        part_en, part_de = grammar.render_tokens(part)
         en, de = [*en, *CONJUNCTIONS[conj][0], *part_en], [*de, *CONJUNCTIONS[conj][1], *part_de]
-    return corpus.finish(en, "."), corpus.finish(de, ".")
+    return grammar.finish(en, "."), grammar.finish(de, ".")
 
 
 def words(text: str) -> int:
@@ -63,7 +63,7 @@ def words(text: str) -> int:
     return len(corpus.detokenize(text).split())
 
 
-def _statement(rng: random.Random) -> corpus.Sentence:
+def _statement(rng: random.Random) -> grammar.Sentence:
     while (s := corpus.sample_sentence(rng)).question:
         pass
     return s
@@ -77,7 +77,7 @@ def generate_long_pair(rng: random.Random, shortest: int, longest: int,
     ``DRAWS`` draws that do not (lengths the grammar hardly makes)."""
     for _ in range(DRAWS):
         if not coordinated:
-            en, de = corpus.render_sentence(corpus.sample_sentence(rng))
+            en, de = grammar.render_sentence(corpus.sample_sentence(rng))
         else:
             parts, conjs = [_statement(rng)], []
             en, de = render_coordinated(Coordinated(tuple(parts), ()))
