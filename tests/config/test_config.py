@@ -335,7 +335,7 @@ def test_scales_are_data_used_by_the_demo_and_by_sweeps():
     differs = {k for k, v in mine.model.to_dict().items() if demo.model[k] != v}
     assert differs == {"num_heads"}  # the demo's own choice: 4 heads
     big = config_lib.build("big", "builtin", "demo")
-    assert (big.model.d_model, big.model.d_ff, big.train.num_steps) == (256, 1024, 600)
+    assert (big.model.d_model, big.model.d_ff, big.train.num_steps) == (256, 1024, 750)
     assert big.model.dropout_rate == 0.1  # the variant's own setting at this scale
     assert config_lib.build("big").model.dropout_rate == 0.3  # the paper's, at its scale
     assert "demo.py" not in (ROOT / "transformer_jax" / "sweep.py").read_text()
