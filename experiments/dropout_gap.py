@@ -69,11 +69,15 @@ def measure(workdir: str, pairs: int, masks: int, steps: list[int]) -> list[dict
     spec = pipeline.DataSpec.from_config(config)
     tokenizer = Tokenizer(Path(workdir) / layout.VOCAB / layout.VOCAB_MODEL)
     rows = batching.rows_per_batch(spec.batch.tokens_per_batch, spec.batch.max_len, 1)
-    ids = {}
+    batches = {}  # the same pairs for every checkpoint
     for split in ("validation", "train"):
         source = sources.get_source(spec.source, split)
-        ids[split] = tokens.Head(pipeline.split_ids(spec, workdir, split, tokenizer, source),
-                                 min(pairs, len(source)))
+        ids = tokens.Head(pipeline.split_ids(spec, workdir, split, tokenizer, source),
+                          min(pairs, len(source)))
+        batches[split] = list(batching.eval_batches(ids, None, max_len=spec.batch.max_len,
+                                                    rows=rows))
+    model_config = TransformerConfig.from_config(config.model, tokenizer.vocab_size)
+    shapes = params_lib.param_shapes(model_config)
     ckpts = checkpoints.Checkpoints(workdir, config.train.keep_checkpoints)
     out = []
     try:
@@ -82,15 +86,12 @@ def measure(workdir: str, pairs: int, masks: int, steps: list[int]) -> list[dict
             if step not in kept:
                 raise SystemExit(f"error: {workdir} keeps no checkpoint of step {step} "
                                  f"(it keeps {', '.join(map(str, kept))})")
-            model_config = TransformerConfig.from_config(config.model, tokenizer.vocab_size)
-            params = ckpts.restore_params(step, params_lib.param_shapes(model_config))
+            params = ckpts.restore_params(step, shapes)
             row = {"step": step}
-            for split, split_ids in ids.items():
-                batches = list(batching.eval_batches(split_ids, None, max_len=spec.batch.max_len,
-                                                     rows=rows))
-                row[f"{split}_off"] = nll(params, model_config, batches)
+            for split, split_batches in batches.items():
+                row[f"{split}_off"] = nll(params, model_config, split_batches)
                 row[f"{split}_on"] = float(np.mean([
-                    nll(params, model_config, batches, jax.random.key(1000 + i))
+                    nll(params, model_config, split_batches, jax.random.key(1000 + i))
                     for i in range(masks)]))
             out.append(row)
             print(f"step {step:5d} | validation NLL off {row['validation_off']:.3f} "
@@ -122,8 +123,7 @@ def main() -> None:
     args = parser.parse_args()
     if not (Path(args.workdir) / layout.CONFIG).is_file():
         parser.error(f"--workdir={args.workdir}: no {layout.CONFIG} there (not a trained run)")
-    steps = args.steps
-    rows = measure(args.workdir, args.pairs, args.masks, steps)
+    rows = measure(args.workdir, args.pairs, args.masks, args.steps)
     print(json.dumps({"workdir": args.workdir, "pairs": args.pairs, "masks": args.masks,
                       "checkpoints": rows}))
 
