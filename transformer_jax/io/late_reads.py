@@ -4,9 +4,10 @@ orbax reads a checkpoint's arrays with TensorStore from an asyncio loop of its o
 read fails (a file cut short), the restore raises at once and orbax closes that loop while
 the other reads are still under way; as each finishes, TensorStore calls back into the
 closed loop, and Python prints "RuntimeError: Event loop is closed" with a traceback for
-every one of them (or asyncio logs "Task exception was never retrieved"), after the
-refusal, sometimes as the process exits; and a read left waiting on the closed loop, when
-the garbage collector closes it, prints "Exception ignored in: <coroutine object
+every one of them (or asyncio logs "Task exception was never retrieved", or "Future
+exception was never retrieved" for a read's future), after the refusal, sometimes as the
+process exits; and a read left waiting on the closed loop, when the garbage collector
+closes it, prints "Exception ignored in: <coroutine object
 _read_array_index_and_device_put ...>" with two tracebacks. Nothing is lost in them: the
 reads' results are no longer wanted. :func:`quiet` drops those messages, and only those.
 """
@@ -18,7 +19,7 @@ import sys
 from typing import Any
 
 _CLOSED_LOOP = "Event loop is closed"
-_NEVER_RETRIEVED = "Task exception was never retrieved"
+_NEVER_RETRIEVED = ("Task exception was never retrieved", "Future exception was never retrieved")
 
 
 def _is_late_callback(unraisable: Any) -> bool:
@@ -30,7 +31,8 @@ def _is_late_callback(unraisable: Any) -> bool:
 
 
 class _NeverRetrieved(logging.Filter):
-    """Drops asyncio's record of a checkpoint read's task whose error nobody awaited."""
+    """Drops asyncio's record of a checkpoint read's task or future whose error nobody
+    awaited."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
