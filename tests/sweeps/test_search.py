@@ -348,7 +348,15 @@ c = controller.Controller(sweep, root, launchers.get("local"), "demo",
 c.open(studies.open_storage(c.url))
 while not os.path.exists(go):
     time.sleep(0.01)
-print(json.dumps([c.next() for _ in range(asks)]))
+got = [c.next() for _ in range(asks)]
+# Alive until both have answered: a controller that has exited is gone, and the other then
+# rightly retires what it holds (CI's busy machine once let one exit before the other asked).
+open(os.path.join(root, f"answered.{os.getpid()}"), "w").close()
+deadline = time.time() + 120
+while time.time() < deadline and sum(
+        f.startswith("answered.") for f in os.listdir(root)) < 2:
+    time.sleep(0.01)
+print(json.dumps(got))
 """
 
 
