@@ -1,5 +1,6 @@
 """Configs: the paper's values, every Table 3 variant, and one-line refusals of bad values."""
 
+import dataclasses
 import math
 import re
 import subprocess
@@ -339,6 +340,20 @@ def test_scales_are_data_used_by_the_demo_and_by_sweeps():
     assert big.model.dropout_rate == 0.1  # the variant's own setting at this scale
     assert config_lib.build("big").model.dropout_rate == 0.3  # the paper's, at its scale
     assert "demo.py" not in (ROOT / "transformer_jax" / "sweep.py").read_text()
+
+
+@pytest.mark.parametrize("field,key", [("scales", "dmeo"), ("datasets", "wmt14_ende ")])
+def test_a_variants_settings_for_an_unknown_scale_or_dataset_are_refused(monkeypatch, field,
+                                                                          key):
+    # Before, a misspelt key was never looked up: big trained its paper settings in silence.
+    big = config_lib.VARIANTS["big"]
+    monkeypatch.setitem(config_lib.VARIANTS, "big", dataclasses.replace(
+        big, **{field: {**getattr(big, field), key: {"model.dropout_rate": 0.1}}}))
+    with pytest.raises(ConfigError) as refused:
+        config_lib.build("big", "builtin", "demo")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"variant big: its {field} names {key!r}")
+    assert config_lib.build("base", "builtin", "demo").model.dropout_rate == 0.1  # others build
 
 
 def test_big_on_en_fr_gets_the_papers_en_fr_settings_from_the_command_line():

@@ -21,12 +21,20 @@ def build(variant: str = "base", dataset: str = datasets.DEFAULT,
     the base config, the variant's overrides, the dataset's settings (and the variant's own
     for it), then the scale.
 
-    Raises ConfigError naming the variant, dataset or scale if one is unknown.
+    Raises ConfigError naming the variant, dataset or scale if one is unknown, or a dataset
+    or scale the variant has settings for that is unknown (a misspelt key would never apply).
     """
     for name, table, what in [(variant, VARIANTS, "variant"),
                               (dataset, datasets.DATASETS, "dataset"), (scale, SCALES, "scale")]:
         if name not in table:
             raise ConfigError(f"unknown {what} {name!r}; known: {', '.join(table)}")
+    v = VARIANTS[variant]
+    for field, keys, table in [("datasets", v.datasets, datasets.DATASETS),
+                               ("scales", v.scales, SCALES)]:
+        for key in keys:
+            if key not in table:
+                raise ConfigError(f"variant {variant}: its {field} names {key!r}, which is no "
+                                  f"{field[:-1]}; known: {', '.join(table)}")
     c = base_config()
     c.variant = variant
     apply_all(c, VARIANTS[variant].overrides, f"variant {variant}")
