@@ -15,8 +15,7 @@ change in perplexity and BLEU against the base model next to the paper's own cha
 learned positions). Points are named after the variant, so the base model is trained once
 per root. The rows are derived from the variants of transformer_jax/config/variants.py
 (config.table3_rows); experiments/heads_ablation.py is row A alone.
-experiments/results/table3_demo/ holds the demo-scale run, three seeds (rows A, B and E, D's
-label smoothing and P_drop 0 so far).
+experiments/results/table3_demo/ holds the demo-scale run of every row, three seeds.
 """
 
 from transformer_jax import config
