@@ -410,6 +410,20 @@ def test_model_axis_within_processes_and_the_workdir_in_a_bucket(builtin_data_di
     assert not any("is damaged" in log for log in logs)
 
 
+# Two runs of two processes: ~1 min.
+@pytest.mark.slow
+def test_two_processes_run_again_from_a_warm_compilation_cache(builtin_data_dir, tmp_path):
+    # The tests keep JAX's persistent compilation cache (conftest.py), so the second run finds
+    # every program of the first there. Loaded from it, two CPU processes waited forever at
+    # their first collective (jax 0.12): now a multi-process CPU run turns the cache off.
+    args = {"train.parallel": "pmap", "train.model_parallel": 1}
+    for run in ("first", "again"):
+        logs = finish(start(run_args(builtin_data_dir, tmp_path / run, **args),
+                            tmp_path / "logs", run), tmp_path / "logs", run, timeout=300)
+        assert all("persistent compilation cache is off" in log for log in logs), logs[0]
+    assert_same_losses(tmp_path / "again", tmp_path / "first")
+
+
 @pytest.mark.slow
 def test_pmap_two_processes_match_one(builtin_data_dir, tmp_path):
     fields = {"train.parallel": "pmap", "train.model_parallel": 1, "train.bleu_sentences": 2}
