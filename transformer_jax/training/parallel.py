@@ -70,7 +70,8 @@ def initialize_distributed(coordinator_address: str = "", num_processes: int = 0
         jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat_timeout_s)
     logging.info("process %d of %d, %d local / %d global devices", jax.process_index(),
                  jax.process_count(), jax.local_device_count(), jax.device_count())
-    if jax.default_backend() == "cpu" and jax.config.jax_enable_compilation_cache:
+    if (jax.process_count() > 1 and jax.default_backend() == "cpu"
+            and jax.config.jax_enable_compilation_cache):
         # Processes that load their programs from JAX's persistent compilation cache wait
         # forever at the first collective between CPU processes (measured with jax 0.12:
         # the same two-process run passes cold and hangs once the cache holds it).
