@@ -120,8 +120,8 @@ def finish(procs, logs, tag, timeout=600):
     return [(logs / f"{tag}.{i}.log").read_text() for i in range(2)]
 
 
-def train_two(args, logs, tag="run"):
-    return finish(start(args, logs, tag), logs, tag)
+def train_two(args, logs, tag="run", timeout=600):
+    return finish(start(args, logs, tag), logs, tag, timeout)
 
 
 def records(workdir):
@@ -418,8 +418,8 @@ def test_two_processes_run_again_from_a_warm_compilation_cache(builtin_data_dir,
     # their first collective (jax 0.12): now a multi-process CPU run turns the cache off.
     args = {"train.parallel": "pmap", "train.model_parallel": 1}
     for run in ("first", "again"):
-        logs = finish(start(run_args(builtin_data_dir, tmp_path / run, **args),
-                            tmp_path / "logs", run), tmp_path / "logs", run, timeout=300)
+        logs = train_two(run_args(builtin_data_dir, tmp_path / run, **args),
+                         tmp_path / "logs", run, timeout=300)
         assert all("persistent compilation cache is off" in log for log in logs), logs[0]
     assert_same_losses(tmp_path / "again", tmp_path / "first")
 
