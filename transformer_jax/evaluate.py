@@ -2,6 +2,11 @@
 
     python -m transformer_jax.evaluate --workdir=runs/base --split=test --average=5 \
         [--limit=N] [--config.decode.beam_size=4 ...]
+    python -m transformer_jax.evaluate --workdir=runs/base --sentence_stats
+
+``--sentence_stats`` writes a finished run's sentence statistics (eval/sentence_stats.npz,
+what the comparison report's statistics read) as the end of training writes them, for a
+run trained before it did.
 
 The library is :mod:`transformer_jax.evaluation.evaluate`.
 """
@@ -30,6 +35,12 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
         workdir = flags_["workdir"].value
         config = resume.workdir_config(workdir, cli.override_values(flags_["config"]),
                                     EVALUATE_OVERRIDES)
+        if flags_["sentence_stats"].value:
+            r = evaluate.write_sentence_stats(workdir, config)
+            print(f"{workdir}: validation PPL {r['validation_ppl']:.4f} over {r['sentences']} "
+                  f"sentences (checkpoint(s) {', '.join(map(str, r['checkpoints']))}), "
+                  f"{r['test_sentences']} test sentences' BLEU and chrF statistics written")
+            return
         split, average = flags_["split"].value, flags_["average"].value
         with tqdm(desc=f"translating {split}", unit=" sentences", file=sys.stderr,
                   leave=False) as bar:
@@ -67,4 +78,8 @@ if __name__ == "__main__":
             lower_bound=1),
         "limit": flags.DEFINE_integer("limit", 0, "Only the first N sentences (0: all).",
                                       lower_bound=0),
+        "sentence_stats": flags.DEFINE_bool(
+            "sentence_stats", False, "Write a finished run's sentence statistics "
+            "(eval/sentence_stats.npz) from the checkpoint it evaluated and its test "
+            "translations, as the end of training writes them; nothing else."),
     }))

@@ -34,7 +34,16 @@ from ml_collections import config_flags
 
 from transformer_jax import cli, config as config_lib
 from transformer_jax.errors import UserError
-from transformer_jax.sweeps import experiment, launchers, run, samplers, search, search_spec, status
+from transformer_jax.sweeps import (
+    experiment,
+    launchers,
+    report_records,
+    run,
+    samplers,
+    search,
+    search_spec,
+    status,
+)
 from transformer_jax.sweeps.search_spec import Search
 from transformer_jax.training import pruners
 
@@ -65,9 +74,12 @@ def main(argv: Sequence[str], flag_values: Any) -> None:
             outcome = search.run_search(sweep, f.root, how, f.launcher, f.scale, f.parallel,
                                         f.dry_run, overrides, shlex.join(sys.argv[1:]))
         else:
+            kept = report_records.finished_points(f.kept) if f.kept else set()
             outcome = run.run_sweep(sweep, f.root, f.launcher, f.scale, f.parallel, f.dry_run,
-                                    overrides, experiment=shlex.join(sys.argv[1:]),
-                                    prune=None if f.prune in (None, "none") else how)
+                                    overrides, experiment=shlex.join(
+                                        a for a in sys.argv[1:] if not a.startswith("--kept")),
+                                    prune=None if f.prune in (None, "none") else how,
+                                    kept=kept)
         logging.info("%s: %s", sweep.name, run.summary(outcome) or "nothing to start")
         if any(r.startswith("failed") for r in outcome.values()):
             sys.exit(1)
@@ -109,5 +121,9 @@ if __name__ == "__main__":
                       f"{search_spec.DEFAULT_PRUNE}; a grid's: none.")
     flags.DEFINE_string("storage", "", "The study's database (a SQLAlchemy URL, e.g. "
                         "postgresql://user@host/db); default ROOT/study.journal.")
+    flags.DEFINE_string("kept", "", "A results folder (python -m transformer_jax.compare ROOT "
+                        "--out=FOLDER) whose records hold finished runs of this sweep: those "
+                        "points are not trained again, even where their workdirs are gone; "
+                        "compare ROOT --out=FOLDER then reports them with the new runs.")
     cli.define_overrides_flag("Overrides for every point, e.g. --config.train.seed=1.")
     cli.run(functools.partial(main, flag_values=flags.FLAGS))

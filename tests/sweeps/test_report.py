@@ -202,7 +202,7 @@ def test_settings_show_mean_std_and_n_worked_by_hand(replicated_root, tmp_path):
     assert sets["base"]["test BLEU"] == "23.0 ± 3.6"
     # A_h4: 3.0, 3.5, 4.0 -> 3.50 ± 0.50; dev BLEU is the logged one (test + 1): 96.0 ± 5.0.
     assert sets["A_h4"]["dev PPL"] == "3.50 ± 0.50" and sets["A_h4"]["dev BLEU"] == "96.0 ± 5.0"
-    assert sets["base"]["Δ test BLEU"] == "baseline"
+    assert "Δ test BLEU" not in sets["base"]  # the comparisons have a section of their own
     with open(paths["csv"]) as f:
         table = list(csv.DictReader(f))
     assert len(table) == 9 and {r["seed"] for r in table} == {"0", "1", "2"}
@@ -237,23 +237,45 @@ def test_a_metric_registered_in_one_place_is_in_every_table(replicated_root, tmp
         report_metrics.get("dev_nl")
 
 
-@pytest.mark.slow
-def test_significance_marks_the_clearly_better_and_not_the_identical(replicated_root, tmp_path):
+def _verdicts(path):
+    """{(setting, figure): {column: cell}} of the section "Against the baseline"."""
+    text = Path(path).read_text().split("## Against the baseline\n", 1)[1].split("\n## ", 1)[0]
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = ([c.strip() for c in line.strip("|").split("|")] for line in lines[1:])
+    return {(cells[0], cells[1]): dict(zip(header, cells, strict=True)) for cells in rows}
+
+
+def test_verdicts_are_run_level_and_holm_adjusted_worked_by_hand(replicated_root, tmp_path):
     paths = compare.report(replicated_root, tmp_path)
-    sets = _rows(paths["markdown"], "Settings")
-    better, same = sets["A_h4"], sets["A_h16"]
-    assert float(better["p"]) < 0.05 and better["significant"] == "**yes** (3/3 seeds higher)"
-    assert float(better["Δ test BLEU"]) > 10
-    assert float(same["p"]) == 1.0 and same["significant"].startswith("no (0/3")
-    assert same["Δ test BLEU"] == "+0.00"
-    text = paths["markdown"].read_text()
-    assert "pooled into one test set" in text  # how seeds and resampling are combined
-    # Against another baseline, A_h4 is the reference and base is significantly worse.
-    other = _rows(compare.report(replicated_root, tmp_path / "b", baseline="A_h4")["markdown"],
-                  "Settings")
-    assert other["A_h4"]["Δ test BLEU"] == "baseline"
-    assert float(other["base"]["Δ test BLEU"]) < -10 and other["base"]["significant"].startswith(
-        "**yes**")
+    v = _verdicts(paths["markdown"])
+    assert set(v) == {(s, f) for s in ("A_h4", "A_h16")
+                      for f in ("dev PPL", "test BLEU", "test chrF")}
+    # Validation PPL has no sentence statistics in these runs: A_h4 against base seed by seed,
+    # 3.0 - 4.0, 3.5 - 5.0, 4.0 - 6.0 = -1, -1.5, -2: mean -1.5, sd 0.5, t = -5.196 on 2
+    # degrees of freedom, p = 2 (1/2 - 5.196 / (2 sqrt 29)) = 0.0349 (Student's t CDF on 2
+    # df is 1/2 + t / (2 sqrt(2 + t^2))).
+    ppl = v[("A_h4", "dev PPL")]
+    p = 2 * (0.5 - 5.196152 / (2 * math.sqrt(2 + 5.196152 ** 2)))
+    assert ppl["Δ"] == "-1.500" and ppl["design"] == "paired" and ppl["runs"] == "3 / 3"
+    assert ppl["p"] == f"{p:.3f}" and ppl["se test"] == "-" and ppl["sd"] == "0.500 / 1.000"
+    # Holm over the six comparisons: A_h4's BLEU and chrF are far below 0.001 (every
+    # sentence right against half of them), A_h16's three are identical to base (p = 1):
+    # 0.0349 is third smallest, adjusted x 4 = 0.140: not resolved.
+    assert ppl["p Holm"] == f"{4 * p:.3f}" and ppl["verdict"] == "not resolved"
+    bleu = v[("A_h4", "test BLEU")]
+    assert float(bleu["Δ"]) > 10 and bleu["verdict"] == "**higher**" and "e-" in bleu["p Holm"]
+    # The same translations on every seed: no spread between runs, only the test set's.
+    assert bleu["sd"] == "0.00 / 0.00" and float(bleu["se test"]) > 0
+    same = v[("A_h16", "test BLEU")]
+    assert same["Δ"] == "+0.00" and same["p"] == "1.000" and same["verdict"] == "not resolved"
+    # The intervals are at 1 - 0.05 / 6.
+    assert "(99.2%)" in paths["markdown"].read_text()
+    # Against another baseline, A_h4 is the reference and base is lower.
+    other = _verdicts(compare.report(replicated_root, tmp_path / "b",
+                                     baseline="A_h4")["markdown"])
+    assert float(other[("base", "test BLEU")]["Δ"]) < -10
+    assert other[("base", "test BLEU")]["verdict"] == "**lower**"
     with pytest.raises(Exception, match="--baseline=h8 is not a setting of this sweep"):
         compare.report(replicated_root, tmp_path / "c", baseline="h8")
 
@@ -372,20 +394,27 @@ def test_table3_beside_the_paper_worked_by_hand(replicated_root, tmp_path):
     assert (h4["variant"], h16["variant"]) == ("A_h4", "A_h16")
     # The demo scale's base has 8 heads of d_k 16; A_h4 4 of 32.
     assert h4["change"] == "h 8 -> 4 (d_k 16 -> 32)"
-    # A_h4 against base, seed by seed: PPL 3.0 - 4.0, 3.5 - 5.0, 4.0 - 6.0 = -1, -1.5, -2:
-    # mean -1.5, sd 0.5, t = -1.5 / (0.5 / sqrt 3) = -5.196 on 2 degrees of freedom, whose
-    # CDF is 1/2 + t / (2 sqrt(2 + t^2)): p = 2 (1/2 - 5.196 / (2 sqrt 29)) = 0.035.
-    assert h4["dppl"] == "-1.500 (p = 0.035)" and h4["pppl"] == "+0.08"
+    # A_h4 against base, seed by seed: PPL -1, -1.5, -2, t = -5.196 on 2 df, p = 0.0349,
+    # Holm's x 4 (test_verdicts_are_run_level_and_holm_adjusted_worked_by_hand) = 0.140;
+    # the interval at 1 - 0.05 / 6: -1.5 ± t(1 - 0.05 / 12, 2) 0.5 / sqrt 3.
+    from scipy import stats
+
+    half = stats.t.ppf(1 - 0.05 / 12, 2) * 0.5 / math.sqrt(3)
+    p = 2 * (0.5 - 5.196152 / (2 * math.sqrt(2 + 5.196152 ** 2)))
+    assert h4["dppl"] == f"-1.500 [{-1.5 - half:+.3f}, {-1.5 + half:+.3f}] (p Holm {4 * p:.3f})"
+    assert h4["pppl"] == "+0.08"
     # The paper's A_h4 is worse than its base (5.00 against 4.92, 25.5 against 25.8); here
-    # A_h4 is significantly better in both.
-    assert h4["vppl"] == "opposite" and h4["pbleu"] == "-0.3" and h4["vbleu"] == "opposite"
+    # its perplexity is not resolved after the adjustment and its BLEU is better.
+    assert h4["vppl"] == "not significant" and h4["pbleu"] == "-0.3"
+    assert h4["vbleu"] == "opposite"
     # A_h16: differences +0.5, 0, -0.5 (mean 0, p = 1): the paper's -0.01 is not confirmed;
     # its BLEU equals base's, as the paper's 25.8 does.
-    assert h16["dppl"] == "+0.000 (p = 1.000)" and h16["vppl"] == "not significant"
+    assert h16["dppl"].startswith("+0.000 [") and h16["dppl"].endswith("(p Holm 1.000)")
+    assert h16["vppl"] == "not significant"
     assert h16["dbleu"].startswith("+0.0") and h16["pbleu"] == "+0.0"
     assert h16["vbleu"] == "agrees (none)"
     text = paths["table3"].read_text()
-    assert "- perplexity: not significant 1, opposite 1" in text
+    assert "- perplexity: not significant 2" in text
     assert "- BLEU: agrees (none) 1, opposite 1" in text
 
 

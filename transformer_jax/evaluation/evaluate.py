@@ -89,3 +89,35 @@ def evaluate_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDic
     result["files"] = [str(out / f"{name}.hyp.txt"), str(out / f"{name}.json")]
     return result
 
+
+
+def write_sentence_stats(workdir: storage.PathLike,
+                         config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """A finished run's sentence statistics (evaluation/sentence_stats.py), written to
+    layout.SENTENCE_STATS as the end of training writes them: the validation split's NLL
+    under the parameters training evaluated (``train.average_checkpoints``) and the BLEU
+    and chrF statistics of the test translations it saved. For runs trained before the end
+    of training wrote them. Returns {validation_ppl, sentences, test_sentences, checkpoints}."""
+    from transformer_jax.config import checkpoints_to_average
+    from transformer_jax.evaluation import perplexity as perplexity_lib, sentence_stats
+
+    workdir = storage.path(workdir)
+    files = [workdir / layout.FINAL_HYPOTHESES, workdir / layout.FINAL_REFERENCES]
+    missing = [str(f) for f in files if storage.not_a_file(f)]
+    if missing:
+        raise UserError(f"{missing[0]}: no test translations of the end of training; the run "
+                        "has not finished, or translated no test sentences")
+    hyps, refs = (f.read_text(encoding="utf-8").splitlines() for f in files)
+    if len(hyps) != len(refs):
+        raise UserError(f"{files[0]} has {len(hyps)} lines but {files[1]} {len(refs)}")
+    loaded = load_workdir(workdir, config, checkpoints_to_average(config))
+    spec = pipeline.DataSpec.from_config(config)
+    source = sources.get_source(spec.source, "validation")
+    ids = pipeline.split_ids(spec, workdir, "validation", loaded.tokenizer, source)
+    nll, counts = perplexity_lib.sentence_nll(loaded.params, loaded.model_config, ids, None,
+                                              max_len=config.data.max_len)
+    arrays = {sentence_stats.NLL: nll, sentence_stats.TOKENS: counts,
+              **sentence_stats.translation_stats(hyps, refs)}
+    storage.write_atomically(workdir / layout.SENTENCE_STATS, sentence_stats.dumps(arrays))
+    return {"validation_ppl": sentence_stats.perplexity(nll, counts), "sentences": len(nll),
+            "test_sentences": len(hyps), "checkpoints": loaded.steps}

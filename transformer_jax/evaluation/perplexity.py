@@ -59,3 +59,41 @@ def split_perplexity(params: Any, config: TransformerConfig,
     (``batching.eval_batches``) of a split."""
     return loss_over_batches(functools.partial(_sums, params, config=config), batches)
 
+
+
+@functools.partial(jax.jit, static_argnames="config")
+def _row_sums(params: Any, batch: dict[str, jax.Array], *,
+              config: TransformerConfig) -> tuple[jax.Array, jax.Array]:
+    """Each row's summed NLL (unsmoothed) and target tokens: [rows], [rows]."""
+    import jax.numpy as jnp
+
+    model = Transformer(config.replace(deterministic=True, decode=False))
+    logits = model.apply({"params": params}, **losses.model_inputs(batch))
+    weights = (batch["targets_segment_ids"] > 0).astype(jnp.float32)
+    nll = jax.vmap(lambda z, t, w: losses.label_smoothed_cross_entropy(
+        z, t, w, 0.0)[1])(logits, batch["targets"], weights)
+    return nll, jnp.sum(weights, axis=1)
+
+
+def sentence_nll(params: Any, config: TransformerConfig, source: Any, tokenizer: Any, *,
+                 max_len: int, rows: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """(summed NLL, target tokens) of every pair of a split, in order: one pair a row,
+    truncated to ``max_len`` as the validation's packed batches truncate it, so that
+    exp(sum NLL / sum tokens) is the split's perplexity. ``source`` and ``tokenizer`` as
+    for ``batching.eval_batches``."""
+    from transformer_jax.data import batching
+    from transformer_jax.data.packing import PackChunk
+
+    ids = batching.as_ids(source, tokenizer)
+    pack = PackChunk(ids, max_len, packing=False)
+    nll, tokens = [], []
+    for start in range(0, len(ids), rows):
+        batch = pack(0, np.arange(start, min(start + rows, len(ids))))
+        n = len(batch["inputs"])
+        if n < rows:
+            batch = {k: np.pad(v, ((0, rows - n), (0, 0))) for k, v in batch.items()}
+        row_nll, row_tokens = _row_sums(params, batch, config=config)
+        nll.append(np.asarray(row_nll, np.float64)[:n])
+        tokens.append(np.asarray(row_tokens)[:n].round().astype(np.int64))
+    return (np.concatenate(nll) if nll else np.zeros(0),
+            np.concatenate(tokens) if tokens else np.zeros(0, np.int64))

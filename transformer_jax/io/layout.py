@@ -21,6 +21,7 @@ A workdir (one training run)::
       sweep_point.json       a sweep's record of the point and its attempts (SWEEP_POINT)
       eval/                  translations and scores of evaluations (EVAL); the end of
                              training's test translations (FINAL_HYPOTHESES, FINAL_REFERENCES)
+                             and sentence statistics (SENTENCE_STATS)
       pictures/, profile/    attention pictures (PICTURES), profiler traces (PROFILE)
 
 A sweep root holds ``sweep.json`` (SWEEP) and one workdir a point; ``tokens/``
@@ -55,6 +56,9 @@ SWEEP_POINT = "sweep_point.json"
 EVAL = "eval"
 FINAL_HYPOTHESES = f"{EVAL}/test-final.hyp.txt"
 FINAL_REFERENCES = f"{EVAL}/test-final.ref.txt"
+# The end of training's sentence statistics (evaluation/sentence_stats.py): test BLEU and
+# chrF, validation NLL, sentence by sentence.
+SENTENCE_STATS = f"{EVAL}/sentence_stats.npz"
 PICTURES = "pictures"
 PROFILE = "profile"
 SWEEP = "sweep.json"

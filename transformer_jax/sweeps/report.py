@@ -51,11 +51,12 @@ from transformer_jax.sweeps import (
     report_lengths,
     report_markdown,
     report_metrics,
+    report_records,
     report_table3,
     search_report,
 )
 from transformer_jax.sweeps.plots import plot_against_value, plot_losses
-from transformer_jax.sweeps.report_settings import choose_baseline, settings, significance
+from transformer_jax.sweeps.report_settings import choose_baseline, comparisons, settings
 from transformer_jax.sweeps.status import point_status
 
 # The config fields of the paper's Table 3 (config.QUANTITIES), as (column, section, field).
@@ -135,8 +136,10 @@ def _row(workdir: storage.Path, point: dict[str, Any],
                 if _is_number(a.get("wall_s")) and _is_number(a.get("cpu_s", 0.0))]
     status = point_status(workdir, num_steps) if num_steps else point_status(workdir, -1)
     finished = status.kind == "finished"
+    translations = _translations(workdir, final) if finished else None
+    arrays = _sentence_stats(workdir, translations) if finished else None
     run = report_metrics.Run(finished, final, train, metrics.get(metric_keys.EVAL, {}),
-                             _translations(workdir, final) if finished else None)
+                             translations, arrays)
     scores = paper.TABLE3.get(point["variant"])
     # Counted for points that started (tracing a model takes seconds).
     n_params = count_params(config, workdir) if config.get("model") and workdir.exists() \
@@ -167,7 +170,26 @@ def _row(workdir: storage.Path, point: dict[str, Any],
         "provenance": [provenance.fingerprint(r) for r in runs],
         "code": ", ".join(dict.fromkeys(f["code"] for f in map(provenance.fingerprint, runs))),
         "translations": run.translations,
+        "sentence_stats": arrays,
     }
+
+
+def _sentence_stats(workdir: storage.Path, translations: tuple[list[str], list[str]] | None
+                    ) -> dict[str, Any] | None:
+    """A finished run's sentence statistics: those the end of training wrote, else the test
+    translations' BLEU and chrF statistics (runs trained before they were written; their
+    validation perplexity is then known only as a whole)."""
+    from transformer_jax.evaluation import sentence_stats
+
+    target = workdir / layout.SENTENCE_STATS
+    if not storage.not_a_file(target):
+        try:
+            arrays = sentence_stats.loads(target.read_bytes())
+        except (OSError, ValueError):
+            arrays = None
+        if arrays is not None and not sentence_stats.check(arrays):
+            return arrays
+    return sentence_stats.translation_stats(*translations) if translations else None
 
 
 def _translations(workdir: storage.Path, final: dict[str, Any]
@@ -206,18 +228,44 @@ def write_csv(rows: Sequence[dict[str, Any]], path: storage.Path) -> None:
                                     for row in rows))
 
 
+def _shown(folder: storage.Path) -> str:
+    """The folder as a command names it: relative to the working directory when inside."""
+    import os
+
+    text = str(folder)
+    if storage.is_remote(folder):
+        return text
+    relative = os.path.relpath(text)
+    return text if relative.startswith("..") else relative
+
+
+def _kept_definition(definition: dict[str, Any]) -> dict[str, Any]:
+    """The definition a folder's records keep: the sweep's, its points' configs included."""
+    return {k: v for k, v in definition.items() if k != "root"}
+
+
 def report(root: storage.PathLike, out: storage.PathLike | None = None,
            baseline: str | None = None, by_length: str | None = None
            ) -> dict[str, storage.Path]:
     """Writes the report of the sweep in ``root`` to ``out``; returns {what: path}. With
     ``by_length`` (bucket edges, "16,24,32") also test BLEU by source length
     (:mod:`transformer_jax.sweeps.report_lengths`)."""
-    definition, rows = collect(root)
+    root = storage.path(root)
+    out = storage.path(out or root)
+    from_records = report_records.holds_records(root) and not records.read_sweep(root)
+    if from_records:  # a results folder: every table from its records alone
+        definition, rows = report_records.read(root)
+    else:
+        definition, rows = collect(root)
+        if report_records.holds_records(out):
+            definition, rows = report_records.combine(definition, rows,
+                                                      *report_records.read(out))
     sets = settings(rows)
     base = choose_baseline(sets, baseline)
-    tests = significance(sets, base)
-    out = storage.path(out or root)
+    tests = comparisons(sets, base)
     out.mkdir(parents=True, exist_ok=True)
+    if not from_records or out != root:
+        report_records.write(out, _kept_definition(definition), rows)
     parameter = definition.get("parameter", "value")
     paths = {"csv": out / "results.csv", "markdown": out / "results.md",
              "loss_curves": out / "loss_curves.png",
@@ -226,7 +274,7 @@ def report(root: storage.PathLike, out: storage.PathLike | None = None,
     more = search_report.best_trials(study, definition) if study is not None else []
     write_csv(rows, paths["csv"])
     storage.write_atomically(paths["markdown"], report_markdown.markdown(
-        definition, rows, sets, base, tests, more))
+        definition, rows, sets, base, tests, more, _shown(root if from_records else out)))
     plot_losses(definition, rows, paths["loss_curves"])
     plot_against_value(definition, sets, paths["against_value"])
     if study is not None:
@@ -237,6 +285,6 @@ def report(root: storage.PathLike, out: storage.PathLike | None = None,
         storage.write_atomically(paths["table3"], report_table3.markdown(
             definition, report_table3.rows(sets, base, tests), base, cpu))
     if by_length:
-        paths.update(report_lengths.write(out, definition, _points(storage.path(root))[1], sets,
-                                          base, by_length))
+        paths.update(report_lengths.write(out, definition, definition.get("points") or [],
+                                          sets, base, by_length))
     return paths

@@ -1,5 +1,5 @@
 """Test BLEU by source length: each setting's BLEU in buckets of source length, with the
-report's paired significance against the baseline within each bucket, and a plot of BLEU
+report's run-level comparison against the baseline within each bucket, and a plot of BLEU
 against length (as Bahdanau et al. plot theirs).
 
     python -m transformer_jax.compare runs/extrapolation --by_length=16,24,32,40,48
@@ -17,11 +17,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import ml_collections
+import numpy as np
 from matplotlib.figure import Figure
 
 from transformer_jax.errors import UserError
+from transformer_jax.evaluation import sentence_stats, significance
 from transformer_jax.io import storage
-from transformer_jax.sweeps.report_settings import SIGNIFICANCE_LEVEL, mean_std, significance
+from transformer_jax.sweeps.report_settings import SIGNIFICANCE_LEVEL, mean_std
+from transformer_jax.sweeps.report_verdicts import p_text
 
 Bucket = tuple[int, int]
 
@@ -56,42 +59,44 @@ def test_sources(points: Sequence[dict[str, Any]], count: int) -> list[str]:
     return [test[i][0] for i in range(min(count, len(test)))]
 
 
-def _within(entry: dict[str, Any], keep: Sequence[int]) -> dict[str, Any]:
-    """The setting with each run's test translations cut down to the sentences ``keep``."""
-    runs = []
-    for run in entry["runs"]:
-        pair = run["translations"]
-        runs.append({**run, "translations": None if not pair else (
-            [pair[0][i] for i in keep], [pair[1][i] for i in keep])})
-    return {**entry, "runs": runs}
+def _bleu_stats(entry: dict[str, Any], keep: Sequence[int]
+                ) -> tuple[list[Any], list[np.ndarray]]:
+    """(seeds, [len(keep), 10] BLEU statistics) of the setting's finished runs that have
+    them, cut down to the sentences ``keep``."""
+    out = [(run["seed"], sentence_stats.statistics(run.get("sentence_stats"),
+                                                   sentence_stats.BLEU))
+           for run in entry["runs"] if run["kind"] == "finished"]
+    return [s for s, x in out if x is not None], [x[keep] for _, x in out if x is not None]
 
 
 def by_length(sets: Sequence[dict[str, Any]], baseline: dict[str, Any],
               sources: Sequence[str], buckets: Sequence[Bucket]) -> list[dict[str, Any]]:
     """One row per (setting, bucket): its sentences, the BLEU of each seed's run on them with
-    their mean ± std (``bleu``), the words of the translations over the references' (mean ±
-    std, ``length_ratio``), and the report's paired test against the baseline within the
-    bucket (``test``: delta, p, significant, seed_wins; {} for the baseline)."""
-    from transformer_jax.evaluation import bleu
-
+    their mean ± std (``bleu``), the 13a tokens of the translations over the references'
+    (mean ± std, ``length_ratio``), and the setting against the baseline within the bucket
+    (``test``: a significance.Comparison of test BLEU, None for the baseline), every
+    bucket's comparisons adjusted together (Holm)."""
     out = []
+    raw = []
     for low, high in buckets:
         keep = [i for i, s in enumerate(sources) if low <= words(s) <= high]
-        cut = [_within(e, keep) for e in sets]
-        base = cut[[e["setting"] for e in sets].index(baseline["setting"])]
-        tests = significance(cut, base) if keep else {}
-        for entry in cut:
-            done = [run["translations"] for run in entry["runs"]
-                    if run["kind"] == "finished" and run["translations"]]
-            scores = [bleu.bleu(*pair)[0] for pair in done]
-            # Output words over reference words: below 1, translations stop short.
-            ratios = [sum(map(words, hyps)) / max(sum(map(words, refs)), 1)
-                      for hyps, refs in done]
-            out.append({"setting": entry["setting"], "bucket": (low, high),
-                        "sentences": len(keep), "seeds": scores,
-                        "bleu": mean_std(scores) if keep else None,
-                        "length_ratio": mean_std(ratios) if keep else None,
-                        "test": tests.get(entry["setting"], {})})
+        base_seeds, base_stats = _bleu_stats(baseline, keep)
+        for entry in sets:
+            seeds, runs = _bleu_stats(entry, keep)
+            scores = [float(sentence_stats.bleu_score(x.sum(axis=0))) for x in runs]
+            # Output tokens over reference tokens: below 1, translations stop short.
+            ratios = [float(x[:, 0].sum() / max(x[:, 1].sum(), 1)) for x in runs]
+            row = {"setting": entry["setting"], "bucket": (low, high),
+                   "sentences": len(keep), "seeds": scores,
+                   "bleu": mean_std(scores) if keep else None,
+                   "length_ratio": mean_std(ratios) if keep else None, "test": None}
+            if entry is not baseline and keep and runs and base_stats:
+                raw.append((row, significance.compare(
+                    np.stack(runs), np.stack(base_stats), sentence_stats.bleu_score, seeds,
+                    base_seeds)))
+            out.append(row)
+    for (row, _), c in zip(raw, significance.adjust([c for _, c in raw]), strict=True):
+        row["test"] = c
     return out
 
 
@@ -103,10 +108,11 @@ def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
     counts = {r["bucket"]: r["sentences"] for r in rows}
     lines = [f"# {definition.get('name', 'sweep')}: test BLEU by source length", "",
              "Test BLEU (sacreBLEU) of the sentences whose source has the bucket's length in "
-             "words, mean ± std over the seeds; Δ and p against the baseline "
-             f"**{baseline['setting']}** by the report's paired bootstrap within the bucket "
-             "(the paired seeds' translations pooled, 1,000 resamples; **bold** when p < "
-             f"{SIGNIFICANCE_LEVEL}).", ""]
+             "words, mean ± std over the seeds; Δ and Holm's p against the baseline "
+             f"**{baseline['setting']}** within the bucket, the training run the unit "
+             "(the report's statistics, transformer_jax/evaluation/significance.py, adjusted "
+             f"across every bucket and setting; **bold** when below {SIGNIFICANCE_LEVEL}).",
+             ""]
     header = ["setting", *(f"{lo}-{hi} words ({counts[(lo, hi)]})" for lo, hi in buckets)]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for setting in dict.fromkeys(r["setting"] for r in rows):
@@ -116,12 +122,13 @@ def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
             cell = "-" if not r["bleu"] else f"{r['bleu'][0]:.1f}" + (
                 "" if r["bleu"][1] is None else f" ± {r['bleu'][1]:.1f}")
             t = r["test"]
-            if "p" in t:
-                verdict = f"Δ {t['delta']:+.1f}, p {t['p']:.3f}"
-                cell += f" ({'**' + verdict + '**' if t['significant'] else verdict})"
+            if t is not None and t.judged:
+                verdict = f"Δ {t.delta:+.1f}, p {p_text(t.p_adjusted)}"
+                cell += f" ({'**' + verdict + '**' if t.significant else verdict})"
             cells.append(cell)
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "Words of the translations over words of the references in each bucket, "
+    lines += ["", "Tokens of the translations over tokens of the references in each bucket "
+              "(sacreBLEU's 13a tokens), "
               "mean over the seeds (below 1: translations stop short):", "",
               "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for setting in dict.fromkeys(r["setting"] for r in rows):
@@ -166,7 +173,9 @@ def write(out: storage.Path, definition: dict[str, Any], points: Sequence[dict[s
     """The three files of the module docstring in ``out``; ``sources`` default to the test
     split's (:func:`test_sources`)."""
     buckets = parse_edges(edges)
-    counts = [len(r["translations"][0]) for e in sets for r in e["runs"] if r["translations"]]
+    counts = [len(x) for e in sets for r in e["runs"]
+              if (x := sentence_stats.statistics(r.get("sentence_stats"),
+                                                 sentence_stats.BLEU)) is not None]
     if not counts:
         raise UserError("--by_length: no run of this sweep has test translations")
     if sources is None:
@@ -178,7 +187,7 @@ def write(out: storage.Path, definition: dict[str, Any], points: Sequence[dict[s
     storage.write_atomically(paths["by_length_markdown"], markdown(definition, rows, baseline))
     storage.write_csv(paths["by_length_csv"],
                       ["setting", "bucket", "sentences", "bleu_mean", "bleu_std", "seeds",
-                       "length_ratio", "delta", "p", "significant"],
+                       "length_ratio", "delta", "p", "p_holm", "significant"],
                       ({"setting": r["setting"], "bucket": f"{r['bucket'][0]}-{r['bucket'][1]}",
                         "sentences": r["sentences"],
                         "bleu_mean": "" if not r["bleu"] else round(r["bleu"][0], 2),
@@ -187,8 +196,14 @@ def write(out: storage.Path, definition: dict[str, Any], points: Sequence[dict[s
                         "seeds": " ".join(f"{s:.2f}" for s in r["seeds"]),
                         "length_ratio": "" if not r["length_ratio"]
                         else round(r["length_ratio"][0], 3),
-                        "delta": round(r["test"]["delta"], 2) if "delta" in r["test"] else "",
-                        "p": round(r["test"]["p"], 4) if "p" in r["test"] else "",
-                        "significant": r["test"].get("significant", "")} for r in rows))
+                        "delta": "" if not _judged(r) else round(r["test"].delta, 2),
+                        "p": "" if not _judged(r) else round(r["test"].p, 4),
+                        "p_holm": "" if not _judged(r) else round(r["test"].p_adjusted, 4),
+                        "significant": "" if not _judged(r) else r["test"].significant}
+                       for r in rows))
     plot(definition, rows, paths["by_length_plot"])
     return paths
+
+
+def _judged(row: dict[str, Any]) -> bool:
+    return row["test"] is not None and row["test"].judged

@@ -1,6 +1,6 @@
 """results.md, the comparison report's Markdown: where and when the sweep ran, the settings
-with their spread and significance against the baseline, the best mean of each figure, every
-run, the code and versions they trained with, and notes on how to read it."""
+with their spread, each against the baseline (report_verdicts.py), the best mean of each
+figure, every run, the code and versions they trained with, and notes on how to read it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from transformer_jax.sweeps import report_metrics
-from transformer_jax.sweeps.report_settings import SIGNIFICANCE_LEVEL, choose_baseline, settings
+from transformer_jax.sweeps import report_metrics, report_verdicts
+from transformer_jax.sweeps.report_settings import choose_baseline, settings
 
 
 def code_differences(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -75,7 +75,7 @@ def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
              sets: Sequence[dict[str, Any]] | None = None,
              baseline: dict[str, Any] | None = None,
              tests: dict[str, dict[str, Any]] | None = None,
-             more: Sequence[str] = ()) -> str:
+             more: Sequence[str] = (), folder: str = "FOLDER") -> str:
     """The report as Markdown: a heading, where and when, the settings with their spread and
     significance, ``more`` lines (a search's best trials), every run, and the code and
     versions they trained with."""
@@ -101,32 +101,20 @@ def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
 
     replicated = any(len(e["runs"]) > 1 for e in sets)
     lines += ["## Settings", "",
-              ("Mean ± standard deviation over the n finished seeds of each setting. "
-               if replicated else "One run a setting: no spread is known. ")
-              + f"Test BLEU against the baseline **{baseline['setting']}** by paired bootstrap "
-              f"resampling (sacreBLEU, 1,000 resamples): significant when p < "
-              f"{SIGNIFICANCE_LEVEL}.", ""]
+              ("Mean ± standard deviation over the n finished seeds of each setting."
+               if replicated else "One run a setting: no spread is known."), ""]
     summarised = report_metrics.summarised()
     header = ["setting", parameter, "model", "n", *(m.heading for m in summarised),
-              "Δ test BLEU", "p", "significant", "paper PPL", "paper BLEU"]
+              "paper PPL", "paper BLEU"]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for e in sets:
-        t = tests.get(e["setting"], {})
-        if e is baseline:
-            delta, p, verdict = "baseline", "", ""
-        elif "p" in t:
-            delta = f"{t['delta']:+.2f}"
-            p = f"{t['p']:.3f}"
-            verdict = ("**yes**" if t["significant"] else "no") + (
-                f" ({t['seed_wins']}/{t['seeds']} seeds higher)" if t["seeds"] > 1 else "")
-        else:
-            delta, p, verdict = "-", "-", t.get("note", "-")
         n = f"{e['n']}" + (f" of {len(e['runs'])}" if e["n"] != len(e["runs"]) else "")
         cells = [e["setting"], str(e["value"]), _model(e), n,
-                 *(_spread(e[m.name], m.digits) for m in summarised), delta, p, verdict,
+                 *(_spread(e[m.name], m.digits) for m in summarised),
                  _number(e["paper_ppl"], 2), _number(e["paper_bleu"], 1)]
         lines.append("| " + " | ".join(cells) + " |")
-
+    lines += ["", *report_verdicts.section(tests, baseline["setting"], definition,
+                                                 folder)]
     lines += _best(sets, summarised)
     lines += ["", *more] if more else []
 
@@ -178,14 +166,6 @@ def _notes(rows: Sequence[dict[str, Any]], replicated: bool = False) -> list[str
     if sentences:
         notes.append(f"test BLEU: sacreBLEU of the first {', '.join(map(str, sentences))} "
                      "sentences of the test split, decoded at the end of training.")
-    if replicated:
-        notes.append("significance with several seeds: seed s of a setting is paired with "
-                     "seed s of the baseline (the same data order), the translations of all "
-                     "paired seeds are pooled into one test set, and sacreBLEU's paired "
-                     "bootstrap resamples its sentences. Δ is the pooled BLEU's difference. "
-                     "Pooling tests the difference across the seeds' runs on these sentences, "
-                     "not over all seeds one could draw: read it beside the std and the number "
-                     "of seeds on which the setting is higher.")
     notes.append("paper: Table 3 of Vaswani et al. (2017), newstest2013, the full-size model "
                  "on WMT14 EN-DE, beam search, no checkpoint averaging. At another scale or "
                  "on another corpus only the direction of a change is comparable.")

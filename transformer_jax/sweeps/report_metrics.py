@@ -31,6 +31,7 @@ class Run:
     train: dict[int, dict[str, Any]]
     evals: dict[int, dict[str, Any]]
     translations: tuple[list[str], list[str]] | None = None
+    sentence_stats: dict[str, Any] | None = None  # evaluation/sentence_stats.py's arrays
 
     def last_eval(self, key: str) -> Any:
         """The value of ``key`` in the latest eval record that has it (None when none)."""
@@ -96,13 +97,11 @@ def _tokens_per_s(run: Run) -> float | None:
 
 
 def _chrf(run: Run) -> float | None:
-    """sacreBLEU's chrF of the test translations saved at the end of training."""
-    if not run.translations:
-        return None
-    import sacrebleu
+    """sacreBLEU's chrF of the test translations saved at the end of training (from their
+    sentence statistics)."""
+    from transformer_jax.evaluation import sentence_stats
 
-    hyps, refs = run.translations
-    return sacrebleu.CHRF().corpus_score(hyps, [refs]).score
+    return sentence_stats.figure(run.sentence_stats, sentence_stats.CHRF)
 
 
 # The figures, in the order of their columns.

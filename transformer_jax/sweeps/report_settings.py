@@ -1,19 +1,25 @@
 """A sweep's runs as settings, and which of their differences are real: the runs that differ
 only in their seed grouped, each summarised figure's mean ± std over the finished seeds, the
-baseline chosen, and each setting's test BLEU against the baseline's by paired bootstrap
-(seeds paired, translations pooled). The comparison report (report.py), its Table 3 verdicts
-(report_table3.py) and BLEU by length (report_lengths.py) read them."""
+baseline chosen, and each setting against the baseline on validation perplexity, test BLEU
+and test chrF with the training run as the unit (evaluation/significance.py). The
+comparison report (report.py), its Table 3 verdicts (report_table3.py) and BLEU by length
+(report_lengths.py) read them."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from transformer_jax.errors import UserError
+from transformer_jax.evaluation import sentence_stats, significance
 from transformer_jax.sweeps import report_metrics
 
-SIGNIFICANCE_LEVEL = 0.05
+SIGNIFICANCE_LEVEL = significance.ALPHA
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, float | None, int] | None:
@@ -57,47 +63,89 @@ def choose_baseline(sets: Sequence[dict[str, Any]], name: str | None = None) -> 
     return base[0] if len(base) == 1 else sets[0]
 
 
-def _by_seed(entry: dict[str, Any]) -> dict[Any, tuple[list[str], list[str]]]:
-    return {r["seed"]: r["translations"] for r in entry["runs"] if r["translations"]}
+# The figures every setting is compared on, in order: (sentence statistics' figure, heading).
+FIGURES = ((sentence_stats.PPL, "dev PPL"), (sentence_stats.BLEU, "test BLEU"),
+           (sentence_stats.CHRF, "test chrF"))
 
 
-def significance(sets: Sequence[dict[str, Any]], baseline: dict[str, Any],
-                 n_samples: int = 1000) -> dict[str, dict[str, Any]]:
-    """Each setting's test BLEU against the baseline's: {setting: result}.
+def _side(entry: dict[str, Any], figure: str
+          ) -> tuple[list[Any], list[np.ndarray], bool]:
+    """(seeds, [S, K] statistics, whether they are sentence statistics) of the finished runs
+    of ``entry`` that have ``figure``: their sentence statistics, or, where no run of the
+    setting kept them (runs trained before they were written), each run's figure alone as
+    one "sentence" (the test set's share then unknown)."""
+    done = [r for r in entry["runs"] if r["kind"] == "finished"]
+    have = [(r["seed"], sentence_stats.statistics(r.get("sentence_stats"), figure))
+            for r in done]
+    have = [(seed, stats) for seed, stats in have if stats is not None]
+    if have:
+        return [s for s, _ in have], [x for _, x in have], True
+    values = [(r["seed"], r.get(figure)) for r in done if r.get(figure) is not None]
+    return [s for s, _ in values], [_as_stats(figure, v) for _, v in values], False
 
-    Runs are paired by seed (seed s of the setting with seed s of the baseline: both were
-    trained on the same data order, initialised alike where the shapes allow). The
-    translations of all paired seeds are pooled into one test set of seeds x sentences, on
-    which sacreBLEU's paired bootstrap gives ``p``; ``significant`` is p < 0.05. Pooling
-    resamples the sentences of every seed's run, so it measures whether the setting is
-    better across the seeds' runs on these sentences; the spread between seeds themselves is
-    the table's std, and ``seed_wins`` counts the seeds on which the setting's BLEU is above
-    the baseline's (a difference that holds on every seed is the one to believe).
-    """
-    from transformer_jax.evaluation import bleu
 
-    base = _by_seed(baseline)
-    out: dict[str, dict[str, Any]] = {}
+def _as_stats(figure: str, value: float) -> np.ndarray:
+    """One run's figure as the [1, K] statistics that score to it."""
+    if figure == sentence_stats.PPL:
+        return np.array([[math.log(value), 1.0]])
+    return np.array([[value]])
+
+
+def _score(figure: str, sentences: bool) -> Any:
+    if sentences:
+        return sentence_stats.SCORES[figure][1]
+    return sentence_stats.ppl_score if figure == sentence_stats.PPL else \
+        (lambda stats: np.asarray(stats, np.float64)[..., 0])
+
+
+def comparisons(sets: Sequence[dict[str, Any]], baseline: dict[str, Any]
+                ) -> dict[str, dict[str, significance.Comparison]]:
+    """Each setting against the baseline on each of FIGURES: {setting: {figure:
+    Comparison}}, by :mod:`transformer_jax.evaluation.significance` (the training run the
+    unit, both variance components), adjusted together (Holm) as one report's family.
+
+    Seeds shared by both sides pair the runs (seed s with seed s: the same data order and
+    initialisation); disjoint seeds compare unpaired. Runs that translated different numbers
+    of test sentences are compared on the first sentences all of them translated (every run
+    translates the test split from its start)."""
+    raw: list[tuple[str, str, significance.Comparison]] = []
     for entry in sets:
         if entry is baseline:
             continue
-        mine = _by_seed(entry)
-        seeds = [s for s in base if s in mine]
-        if not seeds:
-            out[entry["setting"]] = {"note": "no test translations to pair with the baseline's"}
-            continue
-        if any(mine[s][1] != base[s][1] for s in seeds):
-            out[entry["setting"]] = {"note": "translated other test sentences than the baseline"}
-            continue
-        pooled = bleu.paired_bootstrap(
-            [("baseline", [h for s in seeds for h in base[s][0]]),
-             ("system", [h for s in seeds for h in mine[s][0]])],
-            [r for s in seeds for r in base[s][1]], n_samples)
-        wins = sum(bleu.bleu(mine[s][0], mine[s][1])[0] >
-                   bleu.bleu(base[s][0], base[s][1])[0] for s in seeds)
-        p = pooled["system"][1]
-        out[entry["setting"]] = {
-            "delta": pooled["system"][0] - pooled["baseline"][0], "p": p,
-            "significant": p < SIGNIFICANCE_LEVEL, "seeds": len(seeds), "seed_wins": wins,
-            "sentences": len(base[seeds[0]][1])}
+        for figure, _ in FIGURES:
+            seeds_a, a, kept_a = _side(entry, figure)
+            seeds_b, b, kept_b = _side(baseline, figure)
+            if not a or not b:
+                continue
+            sentences = kept_a and kept_b
+            if not sentences:  # one side without sentence statistics: run-level figures
+                seeds_a, a, _ = _side(_without_stats(entry), figure)
+                seeds_b, b, _ = _side(_without_stats(baseline), figure)
+                if not a or not b:
+                    continue
+            common = min(len(x) for x in a + b)
+            c = significance.compare(np.stack([x[:common] for x in a]),
+                                     np.stack([x[:common] for x in b]),
+                                     _score(figure, sentences), seeds_a, seeds_b)
+            if not sentences:
+                c = dataclasses.replace(c, sentences=0, note=c.note or RUN_LEVEL_ONLY)
+            raw.append((entry["setting"], figure, c))
+    adjusted = significance.adjust([c for _, _, c in raw])
+    out: dict[str, dict[str, significance.Comparison]] = {}
+    for (setting, figure, before), c in zip(raw, adjusted, strict=True):
+        if before.note == RUN_LEVEL_ONLY and not c.note:
+            c = dataclasses.replace(c, note=RUN_LEVEL_ONLY)
+        out.setdefault(setting, {})[figure] = c
     return out
+
+
+RUN_LEVEL_ONLY = "between runs only: these runs kept no sentence statistics"
+
+
+def _without_stats(entry: dict[str, Any]) -> dict[str, Any]:
+    return {**entry, "runs": [{**r, "sentence_stats": None} for r in entry["runs"]]}
+
+
+def family_size(tests: dict[str, dict[str, significance.Comparison]]) -> int:
+    """m: the comparisons of a report that have a p."""
+    return sum(c.judged for by_figure in tests.values() for c in by_figure.values())

@@ -9,13 +9,15 @@ are from :mod:`transformer_jax.paper` (newstest2013, the full-size models on WMT
 
 Each change is judged on its own figure:
 
-* **perplexity**: the mean over seeds of the variant's validation perplexity minus the base
-  model's, tested by a paired t-test on the seeds' differences (seed s of the variant with
-  seed s of the base model: the same data order), two-sided;
-* **BLEU**: the pooled test BLEU's difference and its p from sacreBLEU's paired bootstrap
-  (:func:`transformer_jax.sweeps.report_settings.significance`).
+* **perplexity**: the mean over runs of the variant's validation perplexity minus the base
+  model's;
+* **BLEU**: the same of test BLEU;
 
-The verdict: **agrees** when the change is significant (p < 0.05) and has the paper's sign,
+each with its interval and Holm-adjusted p from
+:func:`transformer_jax.sweeps.report_settings.comparisons` (the training run the unit, the
+between-run and test-set variance both counted).
+
+The verdict: **agrees** when the change is significant (Holm's p < 0.05) and has the paper's sign,
 **opposite** when it is significant with the other sign, **not significant** otherwise;
 where the paper's change is nil at the precision it prints (0.00 PPL, 0.0 BLEU), a change
 that is not significant **agrees (none)** and a significant one is **differs**. Perplexity
@@ -29,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from transformer_jax import config as config_lib, paper
+from transformer_jax.evaluation import sentence_stats, significance
+from transformer_jax.sweeps import report_verdicts
 from transformer_jax.sweeps.report_settings import SIGNIFICANCE_LEVEL
 
 AGREES, OPPOSITE, NOT_SIGNIFICANT = "agrees", "opposite", "not significant"
@@ -64,27 +68,6 @@ def verdict(delta: float | None, p: float | None, paper_delta: float, precision:
     return AGREES if (delta > 0) == (paper_delta > 0) else OPPOSITE
 
 
-def paired_ppl(entry: dict[str, Any], baseline: dict[str, Any]) -> tuple[float, float, int] | None:
-    """(mean difference of validation perplexity, two-sided p of a paired t-test, seeds) of
-    the finished runs of ``entry`` and the baseline that share a seed; None below two."""
-    from scipy import stats
-
-    def by_seed(e: dict[str, Any]) -> dict[Any, float]:
-        return {r["seed"]: r["dev_ppl"] for r in e["runs"]
-                if r["kind"] == "finished" and r.get("dev_ppl") is not None}
-
-    mine, base = by_seed(entry), by_seed(baseline)
-    seeds = sorted(s for s in mine if s in base)
-    if len(seeds) < 2:
-        return None
-    diffs = [mine[s] - base[s] for s in seeds]
-    mean = sum(diffs) / len(diffs)
-    if all(d == diffs[0] for d in diffs):
-        return mean, (0.0 if mean else 1.0), len(seeds)
-    return mean, float(stats.ttest_rel([mine[s] for s in seeds],
-                                       [base[s] for s in seeds]).pvalue), len(seeds)
-
-
 def _change(entry: dict[str, Any], baseline: dict[str, Any]) -> str:
     """What the variant changes, at the runs' scale: "h 8 -> 1 (d_k 16 -> 128)"."""
     quantity = config_lib.VARIANTS[entry["variant"]].quantity
@@ -110,29 +93,30 @@ def rows(sets: Sequence[dict[str, Any]], baseline: dict[str, Any],
     for entry in sorted((e for e in sets if e is not baseline and _row_of(e)),
                         key=lambda e: order.index(e["variant"])):
         ppl, bleu_ = paper.TABLE3[entry["variant"]][:2]
-        paired = paired_ppl(entry, baseline)
         test = tests.get(entry["setting"], {})
         row = {"row": _row_of(entry), "setting": entry["setting"], "variant": entry["variant"],
                "change": _change(entry, baseline), "n": entry["n"],
-               "ppl_delta": paired[0] if paired else None,
-               "ppl_p": paired[1] if paired else None,
-               "bleu_delta": test.get("delta"), "bleu_p": test.get("p"),
                "paper_ppl_delta": round(ppl - base_ppl, 2),
                "paper_bleu_delta": round(bleu_ - base_bleu, 1)}
-        row["ppl_verdict"] = verdict(row["ppl_delta"], row["ppl_p"], row["paper_ppl_delta"],
-                                     0.01)
-        row["bleu_verdict"] = verdict(row["bleu_delta"], row["bleu_p"],
-                                      row["paper_bleu_delta"], 0.1)
+        for figure, key, precision in ((sentence_stats.PPL, "ppl", 0.01),
+                                       (sentence_stats.BLEU, "bleu", 0.1)):
+            c = test.get(figure)
+            row[key] = c
+            row[f"{key}_verdict"] = verdict(c.delta if c else None,
+                                            c.p_adjusted if c else None,
+                                            row[f"paper_{key}_delta"], precision)
         out.append(row)
     return out
 
 
-def _signed(x: float | None, digits: int) -> str:
-    return "-" if x is None else f"{x:+.{digits}f}"
-
-
-def _p(p: float | None) -> str:
-    return "" if p is None or math.isnan(p) else f" (p = {p:.3f})"
+def _cell(c: significance.Comparison | None, digits: int) -> str:
+    """Δ [interval] (p Holm) of one comparison."""
+    if c is None:
+        return "-"
+    if not c.judged:
+        return f"{c.delta:+.{digits}f} (no test: {c.n_a} / {c.n_b} runs)"
+    return (f"{c.delta:+.{digits}f} [{c.low:+.{digits}f}, {c.high:+.{digits}f}] "
+            f"(p Holm {report_verdicts.p_text(c.p_adjusted)})")
 
 
 def markdown(definition: Mapping[str, Any], table: Sequence[dict[str, Any]],
@@ -152,8 +136,8 @@ def markdown(definition: Mapping[str, Any], table: Sequence[dict[str, Any]],
     for r in table:
         lines.append(
             f"| {r['row']} | {r['variant']} | {r['change']} | {r['n']} | "
-            f"{_signed(r['ppl_delta'], 3)}{_p(r['ppl_p'])} | {r['paper_ppl_delta']:+.2f} | "
-            f"{r['ppl_verdict']} | {_signed(r['bleu_delta'], 1)}{_p(r['bleu_p'])} | "
+            f"{_cell(r['ppl'], 3)} | {r['paper_ppl_delta']:+.2f} | "
+            f"{r['ppl_verdict']} | {_cell(r['bleu'], 1)} | "
             f"{r['paper_bleu_delta']:+.1f} | {r['bleu_verdict']} |")
     lines += ["", "Direction against the paper (of the variants with a verdict):", ""]
     for figure in ("ppl", "bleu"):
@@ -164,14 +148,16 @@ def markdown(definition: Mapping[str, Any], table: Sequence[dict[str, Any]],
                                                        OPPOSITE, DIFFERS) if v in counts)
         lines.append(f"- {'perplexity' if figure == 'ppl' else 'BLEU'}: {tally or 'none'}")
     lines += ["", "Notes:", "",
-              "- Δ PPL: the mean over seeds of the variant's validation perplexity minus the "
-              "base model's; p from a paired t-test on the seeds' differences (seed s with "
-              "seed s, the same data order), two-sided.",
-              "- Δ BLEU: the pooled test BLEU's difference (every paired seed's translations "
-              "as one test set); p from sacreBLEU's paired bootstrap (results.md).",
-              "- agrees / opposite: significant (p < 0.05) with the paper's sign / the other "
-              "sign; not significant: p >= 0.05; where the paper's change is nil at its "
-              "precision (0.00, 0.0), agrees (none) if not significant, differs if it is.",
+              "- Δ PPL, Δ BLEU: the variant's mean over its runs minus the base model's "
+              "(validation perplexity, test BLEU), the interval and Holm's p as in "
+              "results.md's \"Against the baseline\": the training run the unit, the "
+              "spread between runs and the test set's both in the interval "
+              "(transformer_jax/evaluation/significance.py), Holm across every comparison "
+              "of the report, intervals at its Bonferroni level.",
+              "- agrees / opposite: significant (Holm's p < 0.05) with the paper's sign / "
+              "the other sign; not significant: otherwise; where the paper's change is nil "
+              "at its precision (0.00, 0.0), agrees (none) if not significant, differs if "
+              "it is.",
               "- Lower perplexity is better, higher BLEU is better. Only directions compare "
               "across scales and corpora."]
     return "\n".join(lines) + "\n"

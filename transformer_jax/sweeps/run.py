@@ -14,6 +14,7 @@ import json
 import logging
 import shlex
 import sys
+from collections.abc import Collection
 from typing import Any
 
 from transformer_jax.io import layout, storage
@@ -30,7 +31,8 @@ from transformer_jax.sweeps.status import DONE, point_status
 def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "paper",
               parallel: int = 1, dry_run: bool = False,
               overrides: dict[str, Any] | None = None, experiment: str = "",
-              python: str = sys.executable, prune: Search | None = None) -> dict[str, str]:
+              python: str = sys.executable, prune: Search | None = None,
+              kept: Collection[str] = ()) -> dict[str, str]:
     """Runs, submits or writes every point not yet finished with the launcher called
     ``launcher``; returns {point: outcome}.
 
@@ -38,7 +40,9 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
     the launcher's commands and changes nothing. ``python`` is the interpreter of the
     commands of a launcher whose points train here (others name ``python``). ``prune`` (a
     Search with a pruner) makes each point a trial of a study in the root, stopped by the
-    pruner when it falls behind (grid_trials.GridTrials).
+    pruner when it falls behind (grid_trials.GridTrials). Points named in ``kept`` (the
+    finished runs a results folder keeps records of, report_records.finished_points) are
+    not trained again, even where their workdirs are gone.
     """
     chosen = check_flags(launcher, scale, parallel)
     points = sweep.points()
@@ -61,6 +65,11 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
     outcome, todo = {}, []
     for point in points:
         config = configs[point.name][0]
+        if point.name in kept:
+            outcome[point.name] = "skipped: kept in the results folder"
+            logging.info("%s: finished, its record kept in the results folder; skipped",
+                         point.name)
+            continue
         status = point_status(root_path / point.name, config.train.num_steps, ask_queue=True)
         if status.kind in DONE or status.kind == "queued":
             outcome[point.name] = f"skipped: {status}"

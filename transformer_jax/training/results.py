@@ -14,7 +14,7 @@ import ml_collections
 from transformer_jax import config as config_lib
 from transformer_jax.data import sources, tokenizer as tokenizer_lib
 from transformer_jax.decoding import decode
-from transformer_jax.evaluation import bleu, translation
+from transformer_jax.evaluation import bleu, perplexity, sentence_stats, translation
 from transformer_jax.io import layout, metric_keys, storage, workdirs
 from transformer_jax.io.logs import MetricWriter
 from transformer_jax.model.spec import TransformerConfig
@@ -64,6 +64,7 @@ def final_translations(config: ml_collections.ConfigDict, model_config: Transfor
             for name, lines in ((layout.FINAL_HYPOTHESES, hyps), (layout.FINAL_REFERENCES, refs)):
                 storage.write_atomically(workdir / name, "".join(
                     line.replace("\n", " ") + "\n" for line in lines))
+        result["translation_stats"] = sentence_stats.translation_stats(hyps, refs)
         writer.write(k.TEST, step, {k.BLEU: score, k.BLEU_TOKENIZED: tokenized})
         logging.info("test BLEU %.2f (tokenized, compound-split: %.2f) on %d sentences (%s, "
                      "%.1fs)  %s", score, tokenized, n,
@@ -72,6 +73,29 @@ def final_translations(config: ml_collections.ConfigDict, model_config: Transfor
     for (src, ref), hyp in list(zip(pairs, hyps, strict=True))[: config.train.samples]:
         writer.sample(src, ref, hyp)
     return result
+
+
+def write_sentence_stats(config: ml_collections.ConfigDict, model_config: TransformerConfig,
+                         params: Any, eval_source: Any, tokenizer: tokenizer_lib.Tokenizer,
+                         workdir: storage.Path, translation_stats: dict[str, Any] | None,
+                         is_chief: bool = True) -> None:
+    """The run's sentence statistics (evaluation/sentence_stats.py) to
+    layout.SENTENCE_STATS: each validation sentence's NLL and tokens, and the test
+    translations' BLEU and chrF statistics when they were decoded."""
+    start = time.time()
+    nll, tokens = perplexity.sentence_nll(params, model_config, eval_source, tokenizer,
+                                          max_len=config.data.max_len)
+    arrays = {sentence_stats.NLL: nll, sentence_stats.TOKENS: tokens,
+              **(translation_stats or {})}
+    if not is_chief:
+        return
+    (workdir / layout.EVAL).mkdir(exist_ok=True)
+    storage.write_atomically(workdir / layout.SENTENCE_STATS, sentence_stats.dumps(arrays))
+    logging.info("sentence statistics of %d validation and %d test sentences written to %s "
+                 "(validation PPL from them %.4f, %.1fs)", len(nll),
+                 len((translation_stats or {}).get(sentence_stats.BLEU, ())),
+                 layout.SENTENCE_STATS, sentence_stats.perplexity(nll, tokens),
+                 time.time() - start)
 
 
 def hparams(config: ml_collections.ConfigDict, workdir: storage.Path) -> dict[str, Any]:

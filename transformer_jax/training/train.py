@@ -338,6 +338,10 @@ class Run:
         if c.train.bleu_sentences or c.train.samples:
             final.update(results.final_translations(c, self.model_config, params, self.tokenizer,
                                                    self.writer, step, self.workdir, self.is_chief))
+        # Every process computes (the parameters may be sharded over them); the chief writes.
+        results.write_sentence_stats(c, self.model_config, params, self.eval_ids,
+                                     self.tokenizer, self.workdir,
+                                     final.pop("translation_stats", None), self.is_chief)
         if self.is_chief:
             storage.write_atomically(self.workdir / layout.FINAL_METRICS,
                                      json.dumps({metric_keys.STEP: step, **final}, indent=2))
