@@ -424,3 +424,45 @@ def test_table3_verdicts():
     assert report_table3.verdict(0.2, 0.2, -0.3, 0.01) == "not significant"
     assert report_table3.verdict(0.2, 0.01, 0.0, 0.1) == "differs"
     assert report_table3.verdict(0.2, 0.5, 0.0, 0.1) == "agrees (none)"
+
+
+def test_a_results_folder_recomputes_every_table_without_the_workdirs(replicated_root,
+                                                                      tmp_path):
+    """compare ROOT --out=FOLDER keeps every run's record in FOLDER/records; compare FOLDER
+    then writes the same tables from the records alone, and a root whose workdirs are partly
+    gone is reported with the records the folder kept."""
+    folder = tmp_path / "folder"
+    first = compare.report(replicated_root, folder)
+    assert len(list((folder / "records").glob("*.npz"))) == 9
+    again = compare.report(folder, tmp_path / "again")
+    for key, name in (("markdown", "results.md"), ("table3", "table3.md"),
+                      ("csv", "results.csv")):
+        assert (tmp_path / "again" / name).read_text() == first[key].read_text(), name
+    # Rewriting the same records leaves the files alone (no churn in a committed folder).
+    before = {p.name: p.stat().st_mtime_ns for p in (folder / "records").iterdir()}
+    compare.report(replicated_root, folder)
+    assert {p.name: p.stat().st_mtime_ns for p in (folder / "records").iterdir()} == before
+    # A_h16's seed 2 workdir gone: its record stands in for it.
+    partial = tmp_path / "partial"
+    shutil.copytree(replicated_root, partial)
+    shutil.rmtree(partial / "A_h16,seed=2")
+    compare.report(partial, folder)
+    rows = _rows(folder / "results.md")
+    assert rows["A_h16,seed=2"]["status"] == "finished"
+    assert _rows(folder / "results.md", "Settings")["A_h16"]["n"] == "3"
+
+
+def test_a_sweep_trains_no_point_a_results_folder_kept(replicated_root, tmp_path):
+    from transformer_jax.sweeps import report_records
+
+    folder = tmp_path / "folder"
+    compare.report(replicated_root, folder)
+    kept = report_records.finished_points(folder)
+    assert len(kept) == 9
+    sweep = load_experiment("configs/table3.py:base", ["variant=base,A_h4,A_h16"], 4)
+    outcome = run_sweep(sweep, str(tmp_path / "new_root"), "print", "demo", dry_run=True,
+                        kept=kept)
+    trained = sorted(name for name, what in outcome.items() if not what.startswith("skipped"))
+    assert trained == ["A_h16,seed=3", "A_h4,seed=3", "base,seed=3"]
+    with pytest.raises(Exception, match="holds no records/sweep.json"):
+        report_records.finished_points(tmp_path)

@@ -72,8 +72,8 @@ def write(folder: storage.PathLike, definition: dict[str, Any],
                 old = None
             if old is not None and old[0] == kept and _same(old[1], arrays):
                 continue
-        data = sentence_stats.dumps({**arrays, ROW: np.array(json.dumps(kept,
-                                                                         sort_keys=True))})
+        # The row's keys in their order: the report shows some of them as they come.
+        data = sentence_stats.dumps({**arrays, ROW: np.array(json.dumps(kept))})
         storage.write_atomically(target, data)
         written.append(target)
     return written

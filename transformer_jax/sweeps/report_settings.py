@@ -71,16 +71,17 @@ FIGURES = ((sentence_stats.PPL, "dev PPL"), (sentence_stats.BLEU, "test BLEU"),
 def _side(entry: dict[str, Any], figure: str
           ) -> tuple[list[Any], list[np.ndarray], bool]:
     """(seeds, [S, K] statistics, whether they are sentence statistics) of the finished runs
-    of ``entry`` that have ``figure``: their sentence statistics, or, where no run of the
-    setting kept them (runs trained before they were written), each run's figure alone as
-    one "sentence" (the test set's share then unknown)."""
+    of ``entry`` that have ``figure``: their sentence statistics, or, where a run of the
+    setting did not keep them (runs trained before they were written), each run's figure
+    alone as one "sentence" (the test set's share then unknown)."""
     done = [r for r in entry["runs"] if r["kind"] == "finished"]
     have = [(r["seed"], sentence_stats.statistics(r.get("sentence_stats"), figure))
             for r in done]
     have = [(seed, stats) for seed, stats in have if stats is not None]
-    if have:
-        return [s for s, _ in have], [x for _, x in have], True
     values = [(r["seed"], r.get(figure)) for r in done if r.get(figure) is not None]
+    if have and len(have) >= len(values):
+        return [s for s, _ in have], [x for _, x in have], True
+    # Some runs without sentence statistics: every run by its figure alone.
     return [s for s, _ in values], [_as_stats(figure, v) for _, v in values], False
 
 
