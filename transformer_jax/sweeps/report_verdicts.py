@@ -14,6 +14,9 @@ from transformer_jax.evaluation import significance
 from transformer_jax.sweeps.report_settings import FIGURES, RUN_LEVEL_ONLY, family_size
 
 HIGHER, LOWER, UNRESOLVED = "higher", "lower", "not resolved"
+# The least difference in test BLEU worth having: an unresolved one is asked how many runs
+# would show the two settings equivalent within it.
+EQUIVALENCE_BLEU = 1.0
 
 
 def p_text(p: float | None) -> str:
@@ -114,6 +117,7 @@ def section(tests: Mapping[str, Mapping[str, significance.Comparison]], baseline
         lines += ["se test '-': " + RUN_LEVEL_ONLY + "; their interval has the spread "
                   "between runs alone.", ""]
     lines += notes + ([""] if notes else [])
+    lines += _equivalence(tests, m)
     if wanted:
         command = add_runs_command(definition, max(wanted), folder)
         lines += [f"To resolve every unresolved difference that more runs can resolve: "
@@ -123,3 +127,23 @@ def section(tests: Mapping[str, Mapping[str, significance.Comparison]], baseline
                      f"records):\n\n```bash\n{command}\n```" if command else "."),
                   ""]
     return lines
+
+
+def _equivalence(tests: Mapping[str, Mapping[str, significance.Comparison]],
+                 m: int) -> list[str]:
+    """Each unresolved test BLEU comparison: the runs a side that two one-sided tests at
+    level 0.05/m would need to show the settings equivalent within ±EQUIVALENCE_BLEU at
+    80% power, were the true difference the observed one."""
+    lines = []
+    for setting, by_figure in tests.items():
+        c = by_figure.get(FIGURES[1][0])
+        if c is None or not c.judged or c.significant:
+            continue
+        runs, why = significance.runs_needed(c, significance.ALPHA / m,
+                                             margin=EQUIVALENCE_BLEU)
+        lines.append(f"- {setting}: {runs} runs a side" if runs else f"- {setting}: {why}")
+    if not lines:
+        return []
+    return [f"Equivalence within ±{EQUIVALENCE_BLEU:g} BLEU of an unresolved test BLEU "
+            "difference (two one-sided tests at level 0.05/m, 80% power, were the true "
+            "difference the observed one):", "", *lines, ""]
