@@ -53,3 +53,16 @@ def test_committed_tables_are_what_compare_recomputes(folder, tmp_path, monkeypa
         assert table in known, f"{folder / 'README.md'}: the table headed {header!r} is not " \
                                "one compare writes"
     assert not re.search(r"p = 0\.001\b", readme), "a resampling floor printed as a p-value"
+
+
+def test_the_aa_comparison_recomputes_to_its_table():
+    """Base against base on disjoint seeds (experiments/results/aa_base_demo): aa.md is what
+    its script computes from heads_ablation_demo's records, the README's table is aa.md's,
+    and the run-level statistics call no difference."""
+    from experiments.results.aa_base_demo import aa
+
+    folder = RESULTS / "aa_base_demo"
+    text = aa.markdown()
+    assert (folder / "aa.md").read_text() == text
+    assert tables((folder / "README.md").read_text()) == tables(text)
+    assert "| **higher** |" not in text and "| **lower** |" not in text

@@ -150,3 +150,22 @@ def _without_stats(entry: dict[str, Any]) -> dict[str, Any]:
 def family_size(tests: dict[str, dict[str, significance.Comparison]]) -> int:
     """m: the comparisons of a report that have a p."""
     return sum(c.judged for by_figure in tests.values() for c in by_figure.values())
+
+
+def bleu_test(entry: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """One setting's test BLEU against a baseline as a plain record (the comparisons of
+    :func:`comparisons` between the two alone, Holm across their figures): delta, low, high
+    (the interval), p, p_adjusted, significant, n_a, n_b, paired, se_run, se_test; {} when
+    either has no finished run with test BLEU."""
+    c = comparisons([baseline, entry], baseline).get(entry["setting"], {}).get(
+        sentence_stats.BLEU)
+    return dataclasses.asdict(c) if c is not None else {}
+
+
+def bleu_test_text(test: dict[str, Any]) -> str:
+    """"Δ +1.23 [-0.50, +2.96], p Holm 0.210 (3 / 3 runs, paired)" of :func:`bleu_test`."""
+    if not test or test.get("p") is None:
+        return "no test (" + (test.get("note") or "no runs") + ")"
+    return (f"Δ {test['delta']:+.2f} [{test['low']:+.2f}, {test['high']:+.2f}], p Holm "
+            f"{test['p_adjusted']:.3f} ({test['n_a']} / {test['n_b']} runs, "
+            f"{'paired' if test['paired'] else 'unpaired'})")

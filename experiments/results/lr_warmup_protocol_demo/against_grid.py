@@ -6,7 +6,7 @@ code, and the CPU-minutes of each phase.
 
 For each search root: its confirmed best setting (the study's ranking: mean over all seeds),
 that setting's validation perplexity and test BLEU (mean ± std over its seeds), the paired
-bootstrap of its pooled test translations against the grid best's (seed s against seed s),
+test BLEU against the grid best's by the report's run-level statistics (seed s against seed s),
 whether its perplexity lies within the grid best's mean ± 2 std, and the training steps and
 CPU-minutes (each run's own user + system time) spent exploring (the first seed's runs) and
 confirming (the others'), as a share of the grid's own (lr_warmup_demo's results.csv): steps
@@ -120,16 +120,16 @@ def main(grid_root: str, *search_roots: str) -> dict:
                   f"{cost_line(phases, cost)}")
             out["searches"][root] = {"setting": None, "met": False, **used}
             continue
-        test = report_settings.significance([grid, entry], grid)[entry["setting"]]
+        test = report_settings.bleu_test(entry, grid)
         within = abs(entry["dev_ppl"][0] - ppl) <= 2 * std
-        met = test["p"] > 0.05 or test["delta"] >= 0
+        met = not test.get("significant") or test["delta"] >= 0
         print(f"{root}: best {entry['setting']} (n={entry['n']}): validation PPL "
               f"{entry['dev_ppl'][0]:.3f} ± {entry['dev_ppl'][1] or 0:.3f} "
               f"({'within' if within else 'outside'} the grid best's ± 2 std), test BLEU "
               f"{entry['test_bleu'][0]:.1f} ± {entry['test_bleu'][1] or 0:.1f}; against the "
-              f"grid's best: Δ {test['delta']:+.2f}, p = {test['p']:.3f}, higher on "
-              f"{test['seed_wins']}/{test['seeds']} seeds ({'met' if met and within else 'not met'}"
-              f"); {cost_line(phases, cost)}; sampler: {record.get('sampler_chosen')}")
+              f"grid's best: {report_settings.bleu_test_text(test)} "
+              f"({'met' if met and within else 'not met'}); {cost_line(phases, cost)}; "
+              f"sampler: {record.get('sampler_chosen')}")
         out["searches"][root] = {"setting": entry["setting"], "ppl": entry["dev_ppl"][:2],
                                  "test_bleu": entry["test_bleu"][:2], "test": test,
                                  "ppl_within_2std": within, "met": bool(met and within),

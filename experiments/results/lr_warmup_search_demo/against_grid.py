@@ -4,8 +4,8 @@
         runs/lr_warmup_search runs/lr_warmup_gridbest
 
 Prints each one's validation perplexity and test BLEU (mean ± std over its seeds) and the
-comparison report's paired bootstrap of their pooled test translations (seed s against
-seed s), then one JSON line.
+comparison report's run-level statistics of their test BLEU (seed s against seed s), then
+one JSON line.
 """
 
 from __future__ import annotations
@@ -25,15 +25,14 @@ def best_setting(root: str) -> dict:
 
 def main(search_root: str, grid_root: str) -> dict:
     search, grid = best_setting(search_root), best_setting(grid_root)
-    test = report_settings.significance([grid, search], grid)[search["setting"]]
+    test = report_settings.bleu_test(search, grid)
     out = {}
     for name, entry in (("search", search), ("grid", grid)):
         ppl, bleu = entry["dev_ppl"], entry["test_bleu"]
         print(f"{name} best {entry['setting']}: validation PPL {ppl[0]:.3f} ± {ppl[1]:.3f}, "
               f"test BLEU {bleu[0]:.1f} ± {bleu[1]:.1f} (n={entry['n']})")
         out[name] = {"setting": entry["setting"], "ppl": ppl[:2], "test_bleu": bleu[:2]}
-    print(f"search against grid: Δ BLEU {test['delta']:+.2f} pooled, p = {test['p']:.3f}, "
-          f"higher on {test['seed_wins']}/{test['seeds']} seeds")
+    print(f"search against grid: test BLEU {report_settings.bleu_test_text(test)}")
     out["test"] = test
     print(json.dumps(out))
     return out
