@@ -6,8 +6,10 @@
   Moses tokenizer (sacremoses), hyphenated compounds split as ``##AT##-##AT##``, scored on
   those tokens (tensor2tensor's ``get_ende_bleu.sh``, fairseq's ``compound_split_bleu.sh``).
   The 2017 papers reported this figure; it runs higher than sacreBLEU's, because splitting
-  compounds adds easy-to-match tokens;
-* :func:`paired_bootstrap` -- sacreBLEU's significance test between systems.
+  compounds adds easy-to-match tokens.
+
+Whether two settings' BLEU differ is judged with the training run as the unit, by
+:mod:`transformer_jax.evaluation.significance`.
 """
 
 from __future__ import annotations
@@ -25,33 +27,6 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> tuple[float, s
     metric = sacrebleu.metrics.BLEU()
     score = metric.corpus_score(list(hypotheses), [list(references)])
     return score.score, str(metric.get_signature())
-
-
-def paired_bootstrap(systems: Sequence[tuple[str, Sequence[str]]], references: Sequence[str],
-                     n_samples: int = 1000) -> dict[str, tuple[float, float | None]]:
-    """sacreBLEU's paired bootstrap resampling test (Koehn, 2004) of each system against the
-    first, the baseline, on the same sentences: {name: (BLEU, p-value)}, the baseline's
-    p-value None. The p-value is the probability of a difference at least as large as the
-    observed one were the systems equally good; sacreBLEU fixes its resampling seed
-    (SACREBLEU_SEED, 12345 by default), so the test repeats exactly.
-
-    A system whose translations are the baseline's, sentence for sentence, gets p = 1:
-    sacreBLEU's test (after MultEval) counts a zero difference as never due to chance and
-    would give it the smallest p-value instead.
-    """
-    from sacrebleu.significance import PairedTest
-
-    metric = sacrebleu.metrics.BLEU(references=[list(references)])
-    test = PairedTest([(name, list(hyps)) for name, hyps in systems], {"BLEU": metric},
-                      references=None, test_type="bs", n_samples=n_samples)
-    _, results = test()
-    out = {name: (r.score, r.p_value) for name, r in zip(results["System"], results["BLEU"],
-                                                         strict=True)}
-    baseline = list(systems[0][1])
-    for name, hyps in systems[1:]:
-        if list(hyps) == baseline:
-            out[name] = (out[name][0], 1.0)
-    return out
 
 
 def compound_split(text: str) -> str:
