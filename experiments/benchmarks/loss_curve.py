@@ -16,10 +16,10 @@ loss at the last step. ``--source`` runs another checkout's code (its package an
 
 ``--record`` writes the curve with the commit, the command and the machine;
 ``--check`` compares this run with a recorded curve, at the tolerances of ``TOLERANCE``
-(what ``tests/training/test_loss_curve.py`` holds training to), and exits 1 if it is not
-within them. The
-command line's settings are the config's, so the batches, dropout masks and schedule are
-the demo's own: a change to the step, the batching or the order of the data moves them.
+(``TINY_TOLERANCE`` with ``--tiny``; what ``tests/training/test_loss_curve.py`` holds
+training to), and exits 1 if it is not within them. The command line's settings are the
+config's, so the batches, dropout masks and schedule are the demo's own: a change to the
+step, the batching or the order of the data moves them.
 
 ``--tiny`` trains the tiny run of ``TINY`` instead (``--steps`` defaults to its 40): a model
 of d_model 32 on 4,096 generated pairs (``write_pairs``), 16 warmup steps, accumulation 2,
@@ -61,6 +61,11 @@ CURVE_KEYS = ("loss", "learning_rate", "grad_norm")
 # consecutive steps' losses differ by 0.003-0.12, so another batch, dropout mask or learning
 # rate at any step is far outside.
 TOLERANCE = {"loss": 1e-3, "learning_rate": 1e-9, "grad_norm": 5e-3, "eval_loss": 1e-3}
+# The tiny run's (``--tiny``): jit over 8 devices, stopped and resumed, differed from pmap on
+# one by at most 3e-6 in the loss, 6e-8 in the gradient norm and nothing in the validation
+# loss over its 40 steps (2026-12-06); micro-batches averaged as per-micro-batch means moved
+# them by 1.2e-3 and 4.8e-3, inside TOLERANCE's gradient norm.
+TINY_TOLERANCE = {"loss": 1e-4, "learning_rate": 1e-9, "grad_norm": 1e-4, "eval_loss": 1e-4}
 
 
 # The tiny run: every setting it does not take from configs/base.py, as command-line flags.
@@ -254,9 +259,10 @@ def main() -> int:
         diff = differences(got, json.loads(args.check.read_text()))
         summary["max_differences"] = diff
         for key, d in diff.items():
-            ok = d <= TOLERANCE[key]
+            limit = (TINY_TOLERANCE if args.tiny else TOLERANCE)[key]
+            ok = d <= limit
             status |= not ok
-            print(f"{key}: largest difference {d:.3g} (tolerance {TOLERANCE[key]:g})"
+            print(f"{key}: largest difference {d:.3g} (tolerance {limit:g})"
                   f"{'' if ok else '  OUTSIDE'}")
         summary["within_tolerance"] = not status
     print(json.dumps(summary))
