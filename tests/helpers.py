@@ -211,3 +211,36 @@ def tiny_experiment(path, data_dir, points=TINY_POINTS):
         f"    return Sweep('tiny', 'configs/table3.py', [{points}], parameter='eps_ls',\n"
         f"                 overrides={tiny_overrides(data_dir)!r})\n")
     return str(path)
+
+
+def greedy_by_hand(params, model_config, vocab_model):
+    """Greedy translation written out from its description, without the decoding code: a
+    function of (sentence, offset). The source's pieces by SentencePiece itself and EOS, at
+    most the model's max_len (its first max_len - 1 and EOS); then token after token the most
+    probable (padding never) of the model's logits for the whole prefix, recomputed each time
+    (no cache), until EOS or len(source) - 1 + ``offset`` tokens within max_len; the pieces
+    before EOS joined by SentencePiece. ``vocab_model``: the workdir's spm.model."""
+    import jax.numpy as jnp
+    import sentencepiece
+
+    from transformer_jax.model.transformer import Transformer
+
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(vocab_model))
+    n = model_config.max_len
+    model = Transformer(model_config.replace(deterministic=True))
+    # Every target position is a token (segment 1): the one after the prefix is its padding.
+    forward = jax.jit(lambda src, out: model.apply({"params": params}, src, out,
+                                                   targets_segment_ids=jnp.ones_like(out)))
+    padded = lambda ids: jnp.asarray([ids + [0] * (n - len(ids))], jnp.int32)  # noqa: E731
+
+    def translate_one(sentence, offset):
+        src = sp.encode(sentence) + [1]  # EOS is id 1
+        src = src if len(src) <= n else [*src[: n - 1], 1]
+        out: list[int] = []
+        while len(out) < min(len(src) - 1 + offset, n) and 1 not in out:
+            logits = np.array(forward(padded(src), padded(out))[0, len(out)])
+            logits[0] = -np.inf
+            out.append(int(np.argmax(logits)))
+        return sp.decode([i for i in out if i != 1])
+
+    return translate_one

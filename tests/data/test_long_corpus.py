@@ -47,7 +47,12 @@ def test_the_long_corpus_trains_up_to_l_words_and_tests_up_to_3l():
 
 
 def test_todays_corpus_is_unchanged():
-    # The SHA-256 of this corpus as the code before long sentences generated it.
+    # The SHA-256 of this corpus as commit f4a544e, the last before long sentences, generated
+    # it, from a checkout of that commit (checked 2026-12-06):
+    #   mkdir /tmp/at && git archive f4a544e | tar -x -C /tmp/at && cd /tmp/at && python -c \
+    #   'import hashlib, json; from transformer_jax.data import corpus; print(hashlib.sha256(
+    #   json.dumps(corpus.build_corpus(seed=0, sizes={"train": 2000, "validation": 100,
+    #   "test": 100}), ensure_ascii=False).encode()).hexdigest())'
     small = corpus.build_corpus(seed=0, sizes={"train": 2000, "validation": 100, "test": 100})
     digest = hashlib.sha256(json.dumps(small, ensure_ascii=False).encode()).hexdigest()
     assert digest == "6851941f82f6fc3972e6c6e47cf726238df170427ed64247f06bb7f49e576393"

@@ -3,11 +3,13 @@ added as one file too); rotary positions against the rotation written out, relat
 construction, in every self-attention layer and nowhere else; position interpolation as a
 scale set when translating; and the config refusing what a scheme cannot do, in one line."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from transformer_jax import config as config_lib
 from transformer_jax.decoding import decode
@@ -230,22 +232,29 @@ def test_the_config_refuses_what_a_scheme_cannot_do_in_one_line():
 @given(scale=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 3),
                        st.text(max_size=3), st.booleans()),
        positions_=st.sampled_from(["sinusoidal", "learned", "rotary"]))
+@example(scale=0.5, positions_="sinusoidal")  # taken
+@example(scale=2, positions_="rotary")  # taken: an integer is a float here
+@example(scale=0.5, positions_="learned")  # refused: a row per position
+@example(scale="0.5", positions_="sinusoidal")  # refused: text, as the command line gives it
+@example(scale=math.inf, positions_="sinusoidal")  # refused
 def test_any_position_scale_is_taken_or_refused_in_one_line_naming_the_field(scale,
                                                                              positions_):
+    # Taken, by hand: a finite number above 0 (an integer, or a bool, which ml_collections
+    # reads as 0.0 or 1.0), other than 1 only where positions take fractions; text is not of
+    # the field's type. Set as the command line and sweeps set a field.
+    value = scale if isinstance(scale, str) else float(scale)
+    taken = (not isinstance(scale, str) and 0 < value < math.inf
+             and (value == 1.0 or positions_ != "learned"))
     c = config_lib.build("base")
     c.model.positions = positions_
     try:
-        c.decode.position_scale = scale
-    except TypeError:  # ml_collections keeps a field's type: the command line says so
-        return
-    try:
-        config_lib.validate(c)
+        config_lib.validate(config_lib.apply_overrides(c, {"decode.position_scale": scale}))
     except ConfigError as e:
-        assert str(e).startswith(f"decode.position_scale={c.decode.position_scale!r}")
-        assert "\n" not in str(e)
+        assert not taken, f"position_scale={scale!r} with {positions_} positions refused: {e}"
+        assert f"decode.position_scale={value!r}" in str(e) and "\n" not in str(e), str(e)
         return
-    assert c.decode.position_scale > 0 and np.isfinite(c.decode.position_scale)
-    assert c.decode.position_scale == 1.0 or positions_ != "learned"
+    assert taken, f"position_scale={scale!r} with {positions_} positions taken"
+    assert c.decode.position_scale == value
 
 
 @settings(max_examples=40, deadline=None)

@@ -10,12 +10,12 @@ decided, against figures worked out here independently of the code under test:
   device's share of the model axis;
 * the gradient all-reduce: absent from a one-device program; in a multi-device one it sums
   at least every gradient a device holds (the parameters on its share of the model axis);
-* FLOPs: the compiled program's matrix products, over all devices, within 2% of
-  ``transformer_jax.params``' count for the same batch (6 a parameter a token and
-  attention's two products). A mistake in that count, or a recomputation nobody meant
-  (rematerialisation, a product done twice), fails it. With the model axis split in two,
-  the shared embedding's output projection (vocabulary x d_model, not split) is computed
-  by both halves of a replica: the expected count adds it once more.
+* FLOPs: the compiled program's matrix products, over all devices, within 2% of the count
+  worked out here from the parameters counted by hand (``params_by_hand``) for the same
+  batch (6 a parameter a token and attention's two products). A recomputation nobody
+  meant (rematerialisation, a product done twice) fails it. With the model axis split in
+  two, the shared embedding's output projection (vocabulary x d_model, not split) is
+  computed by both halves of a replica: the expected count adds it once more.
 
 Which programs. The full product (base and big x bfloat16 and float32 x sharded with
 model_parallel 1 and 2 and pmap x 1, 8 and 2 x 4 devices) is 32 compiles of 50-100 CPU
@@ -42,7 +42,6 @@ does not read; nor are the v5e-8 slice's FLOPs (see its test).
 """
 
 import functools
-import math
 import os
 import re
 
@@ -108,21 +107,38 @@ def compiled_step(variant, dtype, kind, model_parallel, devices, layers=None, au
                                            options=options)
 
 
-def matmul_params(config):
-    """Parameters used as matrices: all but the biases, norms and lookups, counted here from
-    the shapes (not through params.py)."""
-    mc = params_lib.model_config_of(config)
-    shapes = params_lib.param_shapes(mc)
-    return sum(math.prod(x.shape) for p, x in jax.tree_util.tree_flatten_with_path(shapes)[0]
-               if len(x.shape) >= 2 or "embedding" in jax.tree_util.keystr(p))
+def params_by_hand(config):
+    """The model's parameters, counted here from the architecture and the config's fields
+    (not through params.py): shared embeddings (one table of vocabulary x d, also the output
+    projection, and the output's bias), sinusoidal positions (nothing to learn); an attention
+    block's Q, K, V and output matrices (4 d^2) with the query, value and output biases (3 d:
+    keys have none, it would add one constant to all of a query's scores); a feed-forward's
+    two matrices and biases (2 d d_ff + d_ff + d); a LayerNorm's scale and bias (2 d) after
+    each sub-layer; an encoder layer one attention block, a decoder layer two."""
+    m, v = config.model, config.data.vocab_size
+    assert m.share_embeddings and m.positions == "sinusoidal"
+    d, n = m.d_model, m.num_layers
+    attention, ffn, norm = 4 * d * d + 3 * d, 2 * d * m.d_ff + m.d_ff + d, 2 * d
+    return v * d + v + n * (attention + ffn + 2 * norm) + n * (2 * attention + ffn + 3 * norm)
+
+
+def flops_by_hand(config, tokens):
+    """FLOPs of a train step of ``tokens`` target tokens, the count of the scaling-law
+    papers: 6 a parameter a token (forward 2, backward 4), plus attention's two products
+    (q.k and the weighted sum: 2 x data.max_len x (d_k + d_v) a head a token, forward) in
+    each of the 3 N blocks, 3 times for forward and backward."""
+    m = config.model
+    d_k = m.d_k or m.d_model // m.num_heads
+    attention = 3 * 3 * m.num_layers * 2 * config.data.max_len * m.num_heads * 2 * d_k
+    return (6 * params_by_hand(config) + attention) * tokens
 
 
 def expected_flops(config, tokens, model_parallel):
-    """FLOPs of one train step over all devices: params' count, plus the output projection
-    (vocabulary x d_model, 6 FLOPs an entry a token) again on every extra model shard."""
-    mc = params_lib.model_config_of(config)
-    count = params_lib.train_flops_per_token(mc, config.data.max_len) * tokens
-    return count + (model_parallel - 1) * 6 * mc.vocab_size * mc.d_model * tokens
+    """FLOPs of one train step over all devices: :func:`flops_by_hand`, plus the output
+    projection (vocabulary x d_model, 6 FLOPs an entry a token) again on every extra model
+    shard."""
+    d, v = config.model.d_model, config.data.vocab_size
+    return flops_by_hand(config, tokens) + (model_parallel - 1) * 6 * v * d * tokens
 
 
 def state_bytes(config, model_parallel):
@@ -131,11 +147,10 @@ def state_bytes(config, model_parallel):
     (4 d^2 + 2 d; keys have none: it would add one constant to all of a query's scores) and
     the feed-forward's two matrices with the first's bias (2 d d_ff + d_ff): the encoder has
     one attention block a layer, the decoder two."""
-    mc = params_lib.model_config_of(config)
-    d, n = mc.d_model, mc.num_layers
-    attention, ffn = 4 * d * d + 2 * d, 2 * d * mc.d_ff + mc.d_ff
+    d, n = config.model.d_model, config.model.num_layers
+    attention, ffn = 4 * d * d + 2 * d, 2 * d * config.model.d_ff + config.model.d_ff
     split = n * (attention + ffn) + n * (2 * attention + ffn)
-    total = params_lib.count(params_lib.param_shapes(mc))
+    total = params_by_hand(config)
     return 3 * 4 * (total - split + split // model_parallel)
 
 
@@ -288,7 +303,7 @@ def test_beam_search_compiles_for_h100(cuda):
     need = (memory.argument_size_in_bytes + memory.output_size_in_bytes
             - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
     assert need <= H100_LIMIT_BYTES * (1 - compiled.HEADROOM)
-    param_bytes = 4 * params_lib.count(params)
+    param_bytes = 4 * params_by_hand(config)
     # The final phase's cache: keys and values of every decoder layer for every hypothesis.
     cache = 2 * mc.num_layers * SENTENCES * decoding.beam_size * OUTPUT_LEN * d_bf16(mc)
     assert memory.argument_size_in_bytes >= param_bytes
@@ -435,7 +450,7 @@ def test_plan_prints_memory_fit_flops_and_time(cuda):
     config = config_lib.build("base")
     config.model.update(num_layers=1, d_model=64, d_ff=128, num_heads=2)
     config.data.update(vocab_size=512, max_len=64)
-    flops = params_lib.train_flops_per_token(params_lib.model_config_of(config), 64) * 4096
+    flops = flops_by_hand(config, 4096)
     assert f"FLOPs a step: {flops / 1e12:.2f} TFLOP" in lines[4]
     seconds = flops / (2 * 989e12 * 0.4)
     step = re.search(r": ([\d.]+) (us|ms|s) a step, ([\d.]+) (us|ms|s) for train.num_steps="

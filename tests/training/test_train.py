@@ -13,9 +13,8 @@ import pytest
 import sacrebleu
 
 from transformer_jax import config as config_lib
-from transformer_jax.data import sources, tokenizer
-from transformer_jax.decoding import decode
-from transformer_jax.evaluation import bleu, translation
+from transformer_jax.data import sources
+from transformer_jax.evaluation import bleu
 from transformer_jax.io import checkpoints, layout
 from transformer_jax.model import params
 from transformer_jax.model.losses import label_smoothed_cross_entropy
@@ -23,7 +22,7 @@ from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import meters, train
 from transformer_jax.training.step import create_train_state
 
-from ..helpers import TINY, random_batch, run_steps, tiny_config
+from ..helpers import TINY, greedy_by_hand, random_batch, run_steps, tiny_config
 
 
 def smoothed_target(vocab, eps, label):
@@ -134,6 +133,7 @@ def test_minutes_apart_checkpoints_and_the_averaged_final_evaluation(
         meters.CheckpointClock, clock=lambda: float(next(readings))))
     config = tiny_config(builtin_data_dir, num_steps=20, checkpoint_every=1000,
                          checkpoint_every_minutes=1.0, eval_every=20, bleu_sentences=8)
+    config.decode.strategy = "greedy"  # worked out by hand below
     with caplog.at_level(logging.WARNING):
         final = train.train_and_evaluate(config, tmp_path)
     ckpts = checkpoints.Checkpoints(tmp_path, 5)
@@ -151,15 +151,17 @@ def test_minutes_apart_checkpoints_and_the_averaged_final_evaluation(
     assert len(hyps) == len(refs) == saved["bleu_sentences"] == 8
     test = sources.get_source(config.data, "test")
     assert refs == [test[i][1] for i in range(8)]
-    # The hypotheses are the averaged model's, and both BLEUs are theirs.
+    # The hypotheses are the averaged model's, and both BLEUs are theirs: the five
+    # checkpoints' parameters, each read alone, averaged here in float64, then decoded by
+    # greedy search written out (helpers.greedy_by_hand), not by the loop's code.
     model_config = TransformerConfig.from_config(config.model, ckpts.read_meta(20)["vocab_size"])
-    mean, _ = ckpts.average_params(params.param_shapes(model_config), 5)
+    shapes = params.param_shapes(model_config)
+    each = [ckpts.restore_params(step, shapes) for step in (4, 8, 12, 16, 20)]
     ckpts.close()
-    expected = translation.translate(mean, model_config,
-                                     tokenizer.Tokenizer(tmp_path / "vocab" / layout.VOCAB_MODEL),
-                                     [test[i][0] for i in range(8)],
-                                     decode.DecodeConfig.from_config(config.decode))
-    assert hyps == expected
+    mean = jax.tree.map(lambda *x: np.mean(np.asarray(x, np.float64), 0).astype(np.float32),
+                        *each)
+    by_hand = greedy_by_hand(mean, model_config, tmp_path / "vocab" / layout.VOCAB_MODEL)
+    assert hyps == [by_hand(test[i][0], config.decode.max_len_offset) for i in range(8)]
     assert saved["test_bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score)
     split = lambda lines: [bleu.tokenize_for_bleu(x) for x in lines]  # noqa: E731
     assert saved["test_bleu_tokenized"] == pytest.approx(
