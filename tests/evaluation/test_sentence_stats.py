@@ -34,30 +34,52 @@ def test_the_end_of_training_writes_them_and_they_score_as_sacrebleu(trained_wor
     sub = arrays[sentence_stats.BLEU][keep].sum(axis=0)
     assert float(sentence_stats.bleu_score(sub)) == pytest.approx(
         sacrebleu.corpus_bleu([hyps[i] for i in keep], [[refs[i] for i in keep]]).score)
-    # The whole validation split, one value a sentence.
+    # Its validation covered 2 batches of the split (train.eval_batches=2): no sentence's
+    # NLL is kept, since the run's perplexity is not theirs.
+    assert sentence_stats.NLL not in arrays
+
+
+def test_a_run_that_evaluates_the_whole_split_keeps_each_sentence_nll(builtin_data_dir,
+                                                                      tmp_path):
+    """eval_batches=0: the whole validation split, one value a sentence, and exp(sum NLL /
+    sum tokens) is the perplexity the run logged from packed batches."""
+    import json
+
+    from transformer_jax.training import train
+
+    from ..helpers import tiny_config
+
+    config = tiny_config(builtin_data_dir, num_steps=10, eval_every=10, eval_batches=0,
+                         bleu_sentences=4)
+    train.train_and_evaluate(config, tmp_path / "run")
+    arrays = _arrays(tmp_path / "run")
+    final = json.loads((tmp_path / "run" / layout.FINAL_METRICS).read_text())
     assert arrays[sentence_stats.NLL].shape == (1000,) == arrays[sentence_stats.TOKENS].shape
-    assert (arrays[sentence_stats.TOKENS] > 0).all() and (arrays[sentence_stats.NLL] > 0).all()
+    assert int(arrays[sentence_stats.TOKENS].sum()) == final["tokens"]
+    assert sentence_stats.perplexity(arrays[sentence_stats.NLL],
+                                     arrays[sentence_stats.TOKENS]) == pytest.approx(
+        final["perplexity"], rel=1e-5)
 
 
-def test_validation_nll_gives_the_perplexity_of_packed_batches(trained_workdir, tmp_path):
-    """The first 40 validation sentences: exp(sum NLL / sum tokens) of the sentence
-    statistics (one sentence a row) is the perplexity the evaluate command computes over
-    packed batches of the same sentences with the same parameters."""
+def test_the_evaluate_command_writes_them_for_a_run_trained_before(trained_workdir, tmp_path):
+    """evaluate --sentence_stats: the whole validation split's NLL, whose first 40 sentences
+    give the perplexity the evaluate command computes over packed batches of the same
+    sentences with the same parameters."""
     workdir = tmp_path / "run"
     shutil.copytree(trained_workdir, workdir)
-    arrays = _arrays(workdir)
     config = resume.workdir_config(str(workdir), {}, ())
+    (workdir / layout.SENTENCE_STATS).unlink()
+    evaluate.write_sentence_stats(workdir, config)  # the evaluate command's, whole split
+    arrays = _arrays(workdir)
+    assert arrays[sentence_stats.NLL].shape == (1000,)
     result = evaluate.evaluate_workdir(workdir, config, "validation", limit=40)
     nll, tokens = arrays[sentence_stats.NLL][:40], arrays[sentence_stats.TOKENS][:40]
     assert int(tokens.sum()) == result["target_tokens"]
     assert sentence_stats.perplexity(nll, tokens) == pytest.approx(result["perplexity"],
                                                                    rel=1e-5)
-    # And the evaluate command writes the same file again from the checkpoint.
-    (workdir / layout.SENTENCE_STATS).unlink()
-    evaluate.write_sentence_stats(workdir, config)
-    again = _arrays(workdir)
-    assert np.array_equal(again[sentence_stats.BLEU], arrays[sentence_stats.BLEU])
-    assert np.allclose(again[sentence_stats.NLL], arrays[sentence_stats.NLL], rtol=1e-5)
+    # Its test statistics are those the end of training wrote.
+    assert np.array_equal(arrays[sentence_stats.BLEU],
+                          _arrays(trained_workdir)[sentence_stats.BLEU])
 
 
 def test_damaged_statistics_are_named():

@@ -80,22 +80,31 @@ def write_sentence_stats(config: ml_collections.ConfigDict, model_config: Transf
                          workdir: storage.Path, translation_stats: dict[str, Any] | None,
                          is_chief: bool = True) -> None:
     """The run's sentence statistics (evaluation/sentence_stats.py) to
-    layout.SENTENCE_STATS: each validation sentence's NLL and tokens, and the test
-    translations' BLEU and chrF statistics when they were decoded."""
+    layout.SENTENCE_STATS: each validation sentence's NLL and tokens (``eval_source`` None:
+    left out, the validation having covered part of the split), and the test translations'
+    BLEU and chrF statistics when they were decoded."""
     start = time.time()
-    nll, tokens = perplexity.sentence_nll(params, model_config, eval_source, tokenizer,
-                                          max_len=config.data.max_len)
-    arrays = {sentence_stats.NLL: nll, sentence_stats.TOKENS: tokens,
-              **(translation_stats or {})}
-    if not is_chief:
+    arrays = dict(translation_stats or {})
+    if eval_source is not None:
+        nll, tokens = perplexity.sentence_nll(params, model_config, eval_source, tokenizer,
+                                              max_len=config.data.max_len)
+        arrays.update({sentence_stats.NLL: nll, sentence_stats.TOKENS: tokens})
+    if not is_chief or not arrays:
         return
     (workdir / layout.EVAL).mkdir(exist_ok=True)
     storage.write_atomically(workdir / layout.SENTENCE_STATS, sentence_stats.dumps(arrays))
-    logging.info("sentence statistics of %d validation and %d test sentences written to %s "
-                 "(validation PPL from them %.4f, %.1fs)", len(nll),
-                 len((translation_stats or {}).get(sentence_stats.BLEU, ())),
-                 layout.SENTENCE_STATS, sentence_stats.perplexity(nll, tokens),
-                 time.time() - start)
+    if sentence_stats.NLL in arrays:
+        logging.info("sentence statistics of %d validation and %d test sentences written to %s "
+                     "(validation PPL from them %.4f, %.1fs)", len(arrays[sentence_stats.NLL]),
+                     len(arrays.get(sentence_stats.BLEU, ())), layout.SENTENCE_STATS,
+                     sentence_stats.perplexity(arrays[sentence_stats.NLL],
+                                               arrays[sentence_stats.TOKENS]),
+                     time.time() - start)
+    else:
+        logging.info("sentence statistics of %d test sentences written to %s (the validation's "
+                     "perplexity covered part of its split, train.eval_batches=%d: its "
+                     "sentences left out)", len(arrays.get(sentence_stats.BLEU, ())),
+                     layout.SENTENCE_STATS, config.train.eval_batches)
 
 
 def hparams(config: ml_collections.ConfigDict, workdir: storage.Path) -> dict[str, Any]:

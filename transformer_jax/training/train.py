@@ -339,7 +339,8 @@ class Run:
             final.update(results.final_translations(c, self.model_config, params, self.tokenizer,
                                                    self.writer, step, self.workdir, self.is_chief))
         # Every process computes (the parameters may be sharded over them); the chief writes.
-        results.write_sentence_stats(c, self.model_config, params, self.eval_ids,
+        results.write_sentence_stats(c, self.model_config, params,
+                                     self.eval_ids if self._whole_split_evaluated() else None,
                                      self.tokenizer, self.workdir,
                                      final.pop("translation_stats", None), self.is_chief)
         if self.is_chief:
@@ -355,6 +356,16 @@ class Run:
             visualize.write_run_pictures(c, self.model_config, params, self.tokenizer,
                                          self.workdir)
         return final
+
+    def _whole_split_evaluated(self) -> bool:
+        """Whether the validation's perplexity covered the whole split (train.eval_batches
+        0, or enough batches): only then are its sentences' NLL the run's perplexity's."""
+        if not self.config.train.eval_batches:
+            return True
+        ids = batching.as_ids(self.eval_ids, self.tokenizer)
+        targets = ids.read_ids(np.arange(len(ids)))[1]
+        whole = int(np.minimum(targets.lengths, self.config.data.max_len).sum())
+        return whole == int(self.final.get(metric_keys.TOKENS, -1))
 
     def _final_params(self) -> tuple[Any, list[int]]:
         """(parameters to evaluate, the checkpoint steps averaged into them): the mean of the
