@@ -46,7 +46,7 @@ HANG_S = float(os.environ.get("FUZZ_HANG_S", "60"))
 # What the inputs did, by test: tried, accepted, refused and the failures by kind. Each
 # xdist worker writes its own to $FUZZ_TALLY/<worker>.json at the end (conftest.py).
 TALLY: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-FAILURES = ("traceback", "silently accepted", "hung")
+FAILURES = ("traceback", "silently accepted", "wrongly refused", "hung")
 
 
 def examples(n: int) -> settings:
@@ -60,6 +60,10 @@ class Traceback(AssertionError):
 
 class SilentlyAccepted(AssertionError):
     """An input was accepted with a result that is not the one it asked for."""
+
+
+class WronglyRefused(AssertionError):
+    """A valid input (one the reader is documented to accept) was refused."""
 
 
 class Hung(AssertionError):
@@ -96,14 +100,19 @@ def watchdog(seconds: float = HANG_S) -> Iterator[None]:
 
 
 def outcome(call: Callable[[], Any], names: Iterable[str],
-            errors: tuple[type[BaseException], ...] = (UserError,)) -> tuple[bool, Any]:
+            errors: tuple[type[BaseException], ...] = (UserError,),
+            expect: bool | None = None) -> tuple[bool, Any]:
     """Runs ``call()`` once under the watchdog: (True, its result) when it accepts the input,
     (False, the error) when it refuses it with one of ``errors`` (the project's own) in one
     line naming one of ``names`` (a field, a file, a flag; as typed, or as errors.shown
     quotes it). Anything else fails the test,
     counted by kind: Traceback for another exception, Hung for a hang, BadRefusal for a
     refusal of several lines or naming nothing of the input. Count the accepted input's
-    check with :func:`accepted`."""
+    check with :func:`accepted`.
+
+    ``expect``, where the test knows the answer (an input left valid, or one made invalid):
+    True fails the test with WronglyRefused when the input is refused, False with
+    SilentlyAccepted when it is accepted."""
     names = [n for n in names if n]
     try:
         with watchdog():
@@ -118,11 +127,17 @@ def outcome(call: Callable[[], Any], names: Iterable[str],
             count("traceback")
             raise BadRefusal(f"the refusal {message!r} is not one line naming one of "
                              f"{names}") from e
+        if expect:
+            count("wrongly refused")
+            raise WronglyRefused(f"a valid input refused: {message}") from e
         count("refused")
         return False, e
     except Exception as e:
         count("traceback")
         raise Traceback("".join(traceback.format_exception(e))[-3000:]) from e
+    if expect is False:
+        count("silently accepted")
+        raise SilentlyAccepted(f"an invalid input accepted, read as {str(result)[:200]}")
     return True, result
 
 

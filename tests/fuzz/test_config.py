@@ -109,6 +109,45 @@ def test_any_text_of_the_command_line_is_read_as_the_fields_type_or_refused(arg,
         check_overrides(arg, {field: value})
 
 
+def cannot_be_a_field(path: str) -> bool:
+    """Whether ``--config.PATH`` names no field any config can have, worked out from the
+    fields' list: empty, an empty part, or a part below a field that holds a value."""
+    parts = path.split(".")
+    return not all(p.strip() for p in parts) or any(
+        ".".join(parts[:i]) in gen.FIELDS for i in range(1, len(parts)))
+
+
+OVERRIDE_NAMES = st.one_of(
+    st.sampled_from(gen.FIELDS + gen.NOT_FIELDS + ["variant.x", "model.d_model.x", "."]),
+    st.builds("{}.{}".format, st.sampled_from(gen.FIELDS + ["model", "train"]),
+              st.text(max_size=4)),
+    st.text(st.characters(codec="ascii"), max_size=12))
+
+
+@examples(40)
+@given(OVERRIDE_NAMES)
+@example("model.d_model")  # a field: valid
+@example("model.colour")  # unknown: left to the value's check, which names it
+@example("variant.x")  # found: "string indices must be integers, not 'str'"
+@example("")  # found: "Could not parse '': SyntaxError(...)"
+@example("model..d_model")
+def test_any_override_name_is_a_field_or_one_line(path):
+    """The name of ``--config.NAME=VALUE``, as the commands check it before ml_collections
+    reads it (cli.py): refused naming the flag exactly when no config can have the field;
+    else set with the field's own value it reads back equal, or is refused naming it."""
+    c = config_lib.base_config()
+    ok, _ = outcome(lambda: config_lib.check_name(c, path), names=[f"--config.{path}"],
+                    expect=not cannot_be_a_field(path))
+    if not ok:
+        return
+    known = path in gen.FIELDS
+    value = config_lib.get_field(c, path) if known else 1
+    ok, _ = outcome(lambda: config_lib.set_field(c, path, value), names=[path or "''"],
+                    expect=known)
+    if ok:
+        accepted(config_lib.get_field(c, path) == value)
+
+
 @examples(20)
 @given(gen.CONFIG_ARGS, st.sampled_from(sorted(config_lib.SELECTORS)), st.text(max_size=10))
 def test_a_field_that_selects_defaults_is_never_changed_alone(arg, field, value):

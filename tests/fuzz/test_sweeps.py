@@ -16,8 +16,9 @@ from hypothesis import example, given, strategies as st
 
 from transformer_jax import config as config_lib
 from transformer_jax.errors import ConfigError, UserError
-from transformer_jax.sweeps import experiment, hyper, points as points_lib, report, space
+from transformer_jax.sweeps import experiment, hyper, points as points_lib, report, search, space
 from transformer_jax.sweeps.run import run_sweep
+from transformer_jax.sweeps.search_spec import Search
 
 from . import strategies as gen
 from .fuzzing import accepted, examples, outcome
@@ -109,6 +110,37 @@ def test_any_space_gives_only_values_its_field_takes_or_one_line(field, kind, pa
             fits = False
     dim.distribution()  # Optuna takes it
     accepted(fits, f"{text} lets a trial sample a value its field refuses")
+
+
+DEMO_D_MODEL = 128  # configs/table3.py's base at the demo scale (docs/sweeps.md)
+HEAD_SPACES = st.one_of(
+    st.tuples(st.integers(1, 40), st.integers(1, 40)).filter(lambda b: b[0] < b[1]).map(
+        lambda b: f"int:{b[0]}:{b[1]}"),
+    st.lists(st.integers(1, 40), min_size=1, max_size=4, unique=True).map(
+        lambda v: "choice:" + ",".join(map(str, v))))
+
+
+@examples(20)
+@given(HEAD_SPACES)
+@example("choice:2,4,8")  # each divides d_model: valid
+@example("int:1:2")
+# found: accepted, and the search stopped with an error when it first sampled 3 or 5
+@example("int:1:5")
+@example("choice:16,24")
+def test_a_space_is_refused_before_the_first_trial_where_a_value_cannot_train(spec):
+    """A trial of d_model 128 trains only a number of heads that divides it: a space holding
+    any other is refused before the first trial (a dry run), naming the field."""
+    kind, _, rest = spec.partition(":")
+    low, high = (int(b) for b in rest.split(":")) if kind == "int" else (0, 0)
+    heads = range(low, high + 1) if kind == "int" else [int(v) for v in rest.split(",")]
+    trainable = all(DEMO_D_MODEL % h == 0 for h in heads)
+    with tempfile.TemporaryDirectory() as directory:
+        sweep = experiment.load_experiment(CONFIG, space=[f"model.num_heads={spec}"])
+        ok, result = outcome(lambda: search.run_search(
+            sweep, f"{directory}/root", Search("random", 2), scale="demo", dry_run=True),
+            names=[f"model.num_heads={spec}"], expect=trainable)
+        if ok:
+            accepted(result == {} and not os.listdir(directory), "a dry run wrote")
 
 
 # Experiment files: what get_sweep returns, and files that are not Python at all.
