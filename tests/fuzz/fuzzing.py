@@ -4,10 +4,14 @@ watchdog that turns a hang into a failure, and the tally of what the inputs did.
 
 The profiles, chosen by the environment variable FUZZ_PROFILE:
 
-* ``fuzz`` (the default, ``make test``): a few examples a property, seconds in all;
+* ``fuzz`` (the default, ``make test``): a few examples a property, seconds in all; where
+  ``CI`` is set, Hypothesis's ci profile draws the same examples on every run;
 * ``fuzz-ci`` (the slow suite, tests/fuzz/test_many_examples.py): ten times as many;
 * ``fuzz-long`` (``python experiments/benchmarks/fuzz_long_run.py``, the figure of
   docs/faults.md): fifty times as many.
+
+The last two draw new examples on every run, in CI too, from a seed they print
+(:func:`run_seed`): ``FUZZ_SEED=N`` draws run N's again.
 
 A property takes ``examples(n)`` examples, ``n`` those of its kind under ``fuzz``: cheap ones
 (a parser, a reader of one file) many, costly ones (restoring a checkpoint, writing a
@@ -20,6 +24,7 @@ import collections
 import contextlib
 import logging
 import os
+import random
 import signal
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -33,6 +38,7 @@ PROFILES = {"fuzz": 1, "fuzz-ci": 10, "fuzz-long": 50}
 for _name, _scale in PROFILES.items():
     settings.register_profile(
         _name, max_examples=10 * _scale, deadline=None, print_blob=True,
+        **({} if _name == "fuzz" else {"derandomize": False}),  # seeded by run_seed
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
                                HealthCheck.data_too_large, HealthCheck.filter_too_much,
                                HealthCheck.large_base_example])
@@ -47,6 +53,12 @@ HANG_S = float(os.environ.get("FUZZ_HANG_S", "60"))
 # xdist worker writes its own to $FUZZ_TALLY/<worker>.json at the end (conftest.py).
 TALLY: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
 FAILURES = ("traceback", "silently accepted", "wrongly refused", "hung")
+
+
+def run_seed() -> int:
+    """The seed of a run of many examples (``pytest --hypothesis-seed=SEED``): FUZZ_SEED, to
+    draw a run's examples again, else a new one each run."""
+    return int(os.environ.get("FUZZ_SEED") or random.SystemRandom().randrange(2**32))
 
 
 def examples(n: int) -> settings:
@@ -139,6 +151,31 @@ def outcome(call: Callable[[], Any], names: Iterable[str],
         count("silently accepted")
         raise SilentlyAccepted(f"an invalid input accepted, read as {str(result)[:200]}")
     return True, result
+
+
+def judged(said: Iterable[str], names: Iterable[str], consistent: bool, why: str = "",
+           expect: bool | None = None) -> None:
+    """Counts an input that a reader which goes on without what is damaged (as documented:
+    a file of a run's description, a line of a log) took: "left out" when a warning it
+    logged (``said``, :func:`warnings_logged`) names one of ``names`` (the file), in one line;
+    else "accepted". SilentlyAccepted unless what was read is ``consistent`` (the file's
+    values, less what the warning names). ``expect``: True, an input that must be read whole
+    without a warning (WronglyRefused); False, one that must be left out (SilentlyAccepted)."""
+    names = [n for n in names if n]
+    warned = [w for w in said if any(n in w or shown(n) in w for n in names)]
+    if any("\n" in w.strip() for w in warned):
+        count("traceback")
+        raise BadRefusal(f"a warning of several lines: {warned}")
+    if expect and warned:
+        count("wrongly refused")
+        raise WronglyRefused(f"a valid input left out: {warned}")
+    if expect is False and not warned:
+        count("silently accepted")
+        raise SilentlyAccepted("an invalid input read without a warning")
+    if not consistent:
+        count("silently accepted")
+        raise SilentlyAccepted(why or "read as something it does not hold")
+    count("left out" if warned else "accepted")
 
 
 def accepted(consistent: bool, why: str = "") -> None:

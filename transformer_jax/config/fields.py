@@ -53,10 +53,10 @@ def set_field(c: ml_collections.ConfigDict, path: str, value: Any, origin: str =
     node = c
     for part in parents:
         if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
-            raise ConfigError(f"{where}unknown config field {path or repr(path)}")
+            raise ConfigError(f"{where}unknown config field {shown(path) or repr(path)}")
         node = node[part]
     if leaf not in node or isinstance(node[leaf], ml_collections.ConfigDict):
-        raise ConfigError(f"{where}unknown config field {path or repr(path)}")
+        raise ConfigError(f"{where}unknown config field {shown(path) or repr(path)}")
     if inexact_float(node[leaf], value):
         raise ConfigError(f"{where}{path}={_short(value)} {INEXACT}")
     try:
