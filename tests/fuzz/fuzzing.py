@@ -25,9 +25,11 @@ import contextlib
 import logging
 import os
 import random
+import shutil
 import signal
 import traceback
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -203,3 +205,10 @@ def warnings_logged() -> Iterator[list[str]]:
         yield lines
     finally:
         root.removeHandler(handler)
+
+
+def copy(workdir: Path, directory: str) -> Path:
+    """A copy of ``workdir`` in ``directory``/run, to damage."""
+    out = Path(directory) / "run"
+    shutil.copytree(workdir, out, symlinks=True)
+    return out
