@@ -1,5 +1,6 @@
 # Two commands do everything: `make demo` and `make test`. Both build .venv first if needed.
-# CI (.ci/run) also runs `make test-slow` (the slow tests and the fault suite).
+# CI (.ci/run) also runs `make lint` first and `make test-slow` (the slow tests and the fault
+# suite) after.
 #
 # PYTHON may be overridden (make test PYTHON=/path/to/python3.12). Otherwise the first of
 # python3.12 on PATH, or a pyenv-managed 3.12, that actually runs is used.

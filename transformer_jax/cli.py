@@ -64,6 +64,7 @@ def define_overrides_flag(help: str = "Overrides of the workdir's config.json, e
 
     # An unknown field (and any --flagfile) is read as the flag is defined.
     with clean_errors((Exception,), lambda e: _one_line(e, sys.argv)):
+        _check_override_names(sys.argv)
         return config_flags.DEFINE_config_dict("config", config_lib.base_config(), help)
 
 
@@ -153,9 +154,24 @@ def _parse_flags(argv: list[str]) -> list[str]:
     absl_logger.setLevel(logging.ERROR)
     try:
         with clean_errors((Exception,), lambda e: _one_line(e, argv)):
+            if "config" in flags.FLAGS:
+                _check_override_names(argv)
             return flags.FLAGS(argv)
     finally:
         absl_logger.setLevel(level)
+
+
+def _check_override_names(argv: list[str]) -> None:
+    """Refuses a ``--config.FIELD`` no config can have (config.check_name: ``--config.``,
+    ``--config.variant.x``) in one line naming it, before ml_collections reads it (which
+    would answer "Could not parse ''" or "string indices must be integers"). The overrides
+    are found as ml_collections finds them, in the flag files too."""
+    from transformer_jax import config as config_lib
+
+    schema = config_lib.base_config()
+    for arg in flags.FLAGS.read_flags_from_files(argv[1:], force_gnu=False):
+        if re.match(r"-{1,2}(no)?config\.", arg):
+            config_lib.check_name(schema, arg.split("=", 1)[0].split(".", 1)[1])
 
 
 def _one_line(e: BaseException, argv: list[str]) -> str:

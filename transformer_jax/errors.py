@@ -16,6 +16,8 @@ def in_users_code(e: BaseException, path: str) -> str:
     line = None
     if isinstance(e, SyntaxError) and e.filename and os.path.realpath(e.filename) == where:
         line = e.lineno
+    elif isinstance(e, SyntaxError) and "null bytes" in str(e):  # said of no file or line
+        line = _first_nul_line(where)
     tb = e.__traceback__
     while tb is not None:
         if os.path.realpath(tb.tb_frame.f_code.co_filename) == where:
@@ -27,6 +29,17 @@ def in_users_code(e: BaseException, path: str) -> str:
     if "null bytes" in str(e):
         what = "not Python (it holds NUL bytes)"
     return shown(f"line {line}: {type(e).__name__}: {what}"[:400])
+
+
+def _first_nul_line(path: str) -> int | None:
+    """The line of ``path``'s first NUL byte (Python refuses such a file as a whole), or None
+    when it holds none or cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    return data.count(b"\n", 0, data.index(b"\0")) + 1 if b"\0" in data else None
 
 
 def shown(text: str) -> str:

@@ -13,6 +13,8 @@ import pytest
 
 from transformer_jax import paper
 
+from .. import needs
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # variant -> (newstest2013 PPL, BLEU, params in millions or None), Table 3 of the paper.
@@ -84,14 +86,14 @@ def test_table2_holds_the_papers_figures():
 def test_table3_matches_paper_md():
     path = paper_md()
     if path is None:
-        pytest.skip("PAPER.md not found; set TRANSFORMER_JAX_PAPER_MD to its path")
+        needs.allowed_skip(needs.PAPER_MD)
     assert parse_table3(path.read_text()) == paper.TABLE3
 
 
 def test_table2_matches_paper_md():
     path = paper_md()
     if path is None:
-        pytest.skip("PAPER.md not found; set TRANSFORMER_JAX_PAPER_MD to its path")
+        needs.allowed_skip(needs.PAPER_MD)
     section = path.read_text().split("## Table 2", 1)[1].split("\n## ", 1)[0]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
             for line in section.splitlines() if line.startswith("| Transformer")}

@@ -125,3 +125,10 @@ def damaged_bytes(draw: st.DrawFn, document: bytes) -> bytes:
     if kind == "empty":
         return b""
     return draw(st.binary(max_size=64))
+
+
+def json_or_bytes(document: Any) -> st.SearchStrategy[bytes]:
+    """A JSON document changed in its values (as text) or in its bytes."""
+    return st.one_of(mutated_json(document).map(lambda d: json.dumps(d).encode()),
+                     damaged_bytes(json.dumps(document).encode()),
+                     json_values().map(lambda d: json.dumps(d).encode()))

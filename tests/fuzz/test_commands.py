@@ -58,6 +58,24 @@ def test_main_refuses_an_empty_workdir_and_a_config_file_without_a_config(none_c
             f"--config={none_config}: get_config returned None")
 
 
+def test_a_config_field_of_no_name_and_a_config_file_of_nul_bytes_are_one_line(tmp_path):
+    # found: "string indices must be integers, not 'str'", "Could not parse '':
+    # SyntaxError(...)" and "source code string cannot contain null bytes", naming nothing
+    run = ["--config=configs/demo.py", f"--workdir={tmp_path / 'run'}"]
+    refused(command("main", *run, "--config.variant.x=1"),
+            "--config.variant.x: unknown config field variant.x (variant holds a value, str, "
+            "not a section of fields)")
+    refused(command("main", *run, "--config."), "--config.: no field named; give "
+                                                "--config.FIELD=VALUE")
+    refused(command("evaluate", f"--workdir={tmp_path / 'run'}", "--config.model.d_model.x=1"),
+            "--config.model.d_model.x: unknown config field model.d_model.x")
+    nul = tmp_path / "nul.py"
+    nul.write_bytes(b"from configs.demo import get_config\n\n# \x00\n")
+    refused(command("main", f"--config={nul}", f"--workdir={tmp_path / 'run'}"),
+            f"--config={nul} line 3: SyntaxError: not Python (it holds NUL bytes)")
+    assert sorted(tmp_path.iterdir()) == [nul]  # nothing written
+
+
 @pytest.mark.slow
 def test_main_refuses_a_named_pipe_as_data_instead_of_waiting(tmp_path):
     os.mkfifo(tmp_path / "train.tsv")

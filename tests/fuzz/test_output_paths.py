@@ -26,21 +26,32 @@ WRITERS = {
     "translate --output": (lambda p: p == "-" or storage.check_file(p, "--output"), "file"),
     "export --out": (mapping.check_new, "new folder"),
 }
-# Names under a folder holding a file, a folder and a named pipe (never ".." : the paths
-# stay inside it).
+# Names under a folder holding a file, a folder, a named pipe and a symbolic link to nothing
+# (never ".." : the paths stay inside it).
 NAMES = st.one_of(
     st.sampled_from(["run", "a b", "ü", ".", "x" * 300, "a\x00b", "\x00", "a\nb", " ", "",
-                     "file", "dir", "pipe", "file/sub", "pipe/sub", "dir/new/deeper", "dir/",
-                     "new/", "~", "-", "\u202eevil", "a:b"]),
+                     "file", "dir", "pipe", "dangling", "file/sub", "pipe/sub", "dir/new/deeper",
+                     "dir/", "new/", "~", "-", "\u202eevil", "a:b"]),
     st.text(max_size=12).filter(lambda t: ".." not in t))
+# What the explicit examples must give: True written, False refused.
+EXPECTED = {("main --workdir", "run"): True, ("export --out", "new"): True,
+            ("translate --output", "dir/out.txt"): True, ("export --out", "a\x00b"): False,
+            ("translate --output", "run\x00.txt"): False, ("main --workdir", "file"): False,
+            ("translate --output", "dir"): False, ("export --out", "dangling"): False,
+            ("export --out", "dir"): False}
 
 
 @examples(40)
 @given(st.sampled_from(sorted(WRITERS)), NAMES)
+@example("main --workdir", "run")
+@example("export --out", "new")
+@example("translate --output", "dir/out.txt")
 @example("export --out", "a\x00b")  # found: ValueError: embedded null byte
 @example("translate --output", "run\x00.txt")
 @example("main --workdir", "file")
 @example("translate --output", "dir")
+@example("export --out", "dangling")  # found: accepted, the link replaced by the export
+@example("export --out", "dir")
 def test_any_output_path_is_written_or_one_line(flag, name):
     check, kind = WRITERS[flag]
     with tempfile.TemporaryDirectory() as directory:
@@ -48,9 +59,11 @@ def test_any_output_path_is_written_or_one_line(flag, name):
         (base / "file").write_text("x")
         (base / "dir").mkdir()
         os.mkfifo(base / "pipe")
+        (base / "dangling").symlink_to(base / "nowhere")
         given_path = f"{directory}/{name}"
         ok, _ = outcome(lambda: check(given_path), names=[flag.split()[-1], given_path,
-                                                         "workdir"])
+                                                         "workdir"],
+                        expect=EXPECTED.get((flag, name)))
         if not ok:
             return
         target = storage.path(given_path)

@@ -22,7 +22,7 @@ from transformer_jax.sweeps.search_spec import Search
 from transformer_jax.training import accelerators, pruners, studies
 
 from . import strategies as gen
-from .fuzzing import accepted, examples, outcome
+from .fuzzing import accepted, examples, judged, outcome, warnings_logged
 
 NAMES = sorted(accelerators.ACCELERATORS)
 COUNTS = st.one_of(st.sampled_from(["0", "1", "3", "8", "9", "16", "256", "1024", "1025",
@@ -41,13 +41,18 @@ def devices_texts(draw):
                           st.text(string.printable, max_size=12)))
 
 
+@example("h100:8")  # valid
+@example("v5e:8")  # valid
+@example("h100:0")
 @example("h100:100000x8")  # a count that would be built as 800,000 devices, not refused
 @example("h100:٨")
 @example("\n")  # found: a refusal quoting the newline, two lines
 @given(devices_texts())
 @examples(40)
 def test_devices(text):
-    ok, target = outcome(lambda: accelerators.parse(text), names=["--devices"])
+    ok, target = outcome(lambda: accelerators.parse(text), names=["--devices"],
+                         expect={"h100:8": True, "v5e:8": True, "h100:0": False,
+                                 "h100:100000x8": False}.get(text))
     if not ok:
         return
     hosts = target.processes
@@ -64,6 +69,8 @@ DIMENSION = space.log("optim.lr_scale", 0.25, 4.0)
 SEEDS = st.one_of(st.none(), st.sampled_from(gen.EDGE_INTS + [-5]), st.integers(-(2**40), 2**40))
 
 
+@example(sampler="tpe", trials=3, objective="perplexity", prune="none", confirm=2,
+         seed=7)  # valid
 @example(sampler="tpe", trials=3, objective="perplexity", prune="none", confirm=2,
          seed=-5)  # a negative seed reached numpy's Sobol engine as a traceback
 @example(sampler="auto", trials=1, objective="\n", prune="asha", confirm=0, seed=None)  # found
@@ -90,7 +97,9 @@ def test_search_flags(sampler, trials, objective, prune, confirm, seed):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     ok, value = outcome(draw_one, names=["--search", "--trials", "--objective", "search.prune",
-                                         "--confirm", "--search_seed"])
+                                         "--confirm", "--search_seed"],
+                        expect={7: True, -5: False}.get(seed) if (
+                            sampler, trials, objective) == ("tpe", 3, "perplexity") else None)
     if ok:
         accepted(how.trials >= 1 and how.confirm >= 0
                  and (seed is None or 0 <= seed <= config_lib.SEED_MAX)
@@ -110,10 +119,13 @@ def vocab(tmp_path_factory):
 
 @given(damage=st.one_of(st.binary(max_size=200), st.sampled_from([b"", b"\0" * 64])),
        cut=st.one_of(st.none(), st.integers(0, 4000)))
-@examples(10)
+@example(damage=b"", cut=10**9)  # the file whole: read as it is
+@example(damage=b"", cut=None)  # empty: written again
+@examples(8)
 def test_a_token_cache_of_any_bytes(tmp_path_factory, vocab, damage, cut):
-    """A run finds a cache file of garbage, or cut short: it writes it again (a damaged
-    cache is never read as ids) and reads the ids sentencepiece gives."""
+    """A run finds a cache file of garbage, or cut short: it writes it again, saying so in
+    a warning naming the file (a damaged cache is never read as ids), and reads the ids
+    sentencepiece gives; a whole one is read as it is."""
     workdir = tmp_path_factory.mktemp("run")
     spec = token_cache.CacheSpec()
     path = token_cache.open_or_write(spec, workdir, "train", PAIRS, vocab).path
@@ -121,14 +133,15 @@ def test_a_token_cache_of_any_bytes(tmp_path_factory, vocab, damage, cut):
         whole = f.read()
     with open(path, "wb") as f:
         f.write(whole[:cut] if cut is not None else damage)
-    ok, cached = outcome(lambda: token_cache.open_or_write(spec, workdir, "train", PAIRS, vocab),
-                         names=[path])
-    if ok:
-        inputs, targets = cached.read_ids(range(len(PAIRS)))
-        accepted(len(cached) == len(PAIRS)
-                 and inputs.tolist() == [vocab.encode(s) for s, _ in PAIRS]
-                 and targets.tolist() == [vocab.encode(t) for _, t in PAIRS],
-                 f"a damaged token cache at {path} read as other ids")
+    with warnings_logged() as said:
+        _, cached = outcome(lambda: token_cache.open_or_write(spec, workdir, "train", PAIRS,
+                                                              vocab), names=[path], expect=True)
+    inputs, targets = cached.read_ids(range(len(PAIRS)))
+    judged(said, [str(path)], len(cached) == len(PAIRS)
+           and inputs.tolist() == [vocab.encode(s) for s, _ in PAIRS]
+           and targets.tolist() == [vocab.encode(t) for _, t in PAIRS],
+           f"a damaged token cache at {path} read as other ids",
+           expect={(b"", 10**9): True, (b"", None): False}.get((damage, cut)))
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +216,10 @@ def test_a_study_journal_damaged_or_edited(tmp_path_factory, journal_lines, data
         return [(s.study_name, s.n_trials, s.best_trial and s.best_trial.value)
                 for s in summaries]
 
-    ok, read_back = outcome(read, names=[str(path)])
+    ok, read_back = outcome(read, names=[str(path)], expect={
+        b'{"op_code": 99}\n': False, STUDY + TRIAL + told(b"[2.5]"): True}.get(data))
     if ok:
         accepted(all(isinstance(name, str) and n >= 0 and (best is None or isinstance(best, float))
-                     for name, n, best in read_back), f"{path} read as {read_back}")
+                     for name, n, best in read_back) and (
+            data != STUDY + TRIAL + told(b"[2.5]") or read_back == [("lr", 1, 2.5)]),
+            f"{path} read as {read_back}")

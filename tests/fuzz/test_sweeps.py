@@ -16,8 +16,9 @@ from hypothesis import example, given, strategies as st
 
 from transformer_jax import config as config_lib
 from transformer_jax.errors import ConfigError, UserError
-from transformer_jax.sweeps import experiment, hyper, points as points_lib, report, space
+from transformer_jax.sweeps import experiment, hyper, points as points_lib, report, search, space
 from transformer_jax.sweeps.run import run_sweep
+from transformer_jax.sweeps.search_spec import Search
 
 from . import strategies as gen
 from .fuzzing import accepted, examples, outcome
@@ -50,6 +51,7 @@ def check_points(sweep: experiment.Sweep) -> bool:
 @given(st.one_of(st.sampled_from(gen.FIELDS + gen.NOT_FIELDS + ["seed", "variant"]),
                  st.text(max_size=8)),
        st.lists(VALUE_TEXT, min_size=0, max_size=4), st.integers(0, 3))
+@example("optim.lr_scale", ["0.5", "1", "2"], 2)  # valid: 6 points
 @example("seed", ["²"], 0)  # found: str.isdigit took it, int() did not
 @example("variant", ["..", "base"], 0)
 @example("optim.lr_scale", ["nan", "inf"], 0)
@@ -58,26 +60,31 @@ def check_points(sweep: experiment.Sweep) -> bool:
 @example("variant", [" ", "base"], 0)
 def test_any_grid_gives_named_points_or_one_line(field, values, seeds):
     text = f"{field}={','.join(values)}"
+    expect = {"optim.lr_scale=0.5,1,2": True, "seed=²": False, "variant=,big": False
+              }.get(text)
     ok, sweep = outcome(lambda: experiment.load_experiment(CONFIG, [text], seeds),
                         names=[f"--grid={text}", f"--seeds={seeds}", field,
-                               "sweep table3_base:"])
+                               "sweep table3_base:"], expect=expect)
     if ok:
-        accepted(check_points(sweep) and len(sweep.grid) == max(1, len(values)) * max(1, seeds),
+        accepted(check_points(sweep) and len(sweep.grid) == max(1, len(values)) * max(1, seeds)
+                 and (not expect or [p.fields["optim.lr_scale"] for p in sweep.points()]
+                      == [0.5, 0.5, 1.0, 1.0, 2.0, 2.0]),
                  f"{len(sweep.grid)} points of {text} x {seeds} seeds")
 
 
 @examples(10)
 @given(st.sampled_from([0, 1, 10_000, 10_001, 1_000_000, 10**12]),
        st.integers(1, 3))
+@example(10_000, 1)  # valid: the most points a sweep runs
+@example(10_000, 2)
 def test_seeds_are_counted_before_they_are_made(seeds, axis):
     """--seeds=1000000 is refused at once (it hung, naming points in quadratic time)."""
     grid = ["optim.lr_scale=" + ",".join(str(i + 1) for i in range(axis))]
     ok, sweep = outcome(lambda: experiment.load_experiment(CONFIG, grid, seeds),
-                        names=[f"{seeds:,} seeds"])
+                        names=[f"{seeds:,} seeds"],
+                        expect=axis * max(seeds, 1) <= experiment.MAX_POINTS)
     if ok:
         accepted(len(sweep.points()) == axis * max(seeds, 1) <= experiment.MAX_POINTS)
-    else:
-        assert axis * seeds > experiment.MAX_POINTS
 
 
 @examples(40)
@@ -85,6 +92,8 @@ def test_seeds_are_counted_before_they_are_made(seeds, axis):
                        + gen.NOT_FIELDS),
        st.sampled_from(["", "log:", "int:", "int:log:", "float:", "choice:", "cube:"]),
        st.lists(VALUE_TEXT, min_size=1, max_size=3))
+@example("optim.lr_scale", "log:", ["0.25", "4"])  # valid
+@example("model.num_heads", "choice:", ["4", "8"])  # valid
 @example("optim.lr_scale", "log:", ["nan", "4"])  # nan bounds were accepted
 @example("model.dropout_rate", "", ["0", "2"])  # a bound outside the field's range
 @example("optim.warmup_steps", "int:", ["-5", "600"])
@@ -92,7 +101,9 @@ def test_seeds_are_counted_before_they_are_made(seeds, axis):
 def test_any_space_gives_only_values_its_field_takes_or_one_line(field, kind, parts):
     sep = "," if kind == "choice:" else ":"
     text = f"{field}={kind}{sep.join(parts)}"
-    ok, dim = outcome(lambda: space.parse(text), names=[f"--space={text}"])
+    ok, dim = outcome(lambda: space.parse(text), names=[f"--space={text}"], expect={
+        "optim.lr_scale=log:0.25:4": True, "model.num_heads=choice:4,8": True,
+        "optim.lr_scale=log:nan:4": False, "model.dropout_rate=0:2": False}.get(text))
     if not ok:
         return
     if dim.kind == "choice":
@@ -108,7 +119,41 @@ def test_any_space_gives_only_values_its_field_takes_or_one_line(field, kind, pa
         except ConfigError:
             fits = False
     dim.distribution()  # Optuna takes it
-    accepted(fits, f"{text} lets a trial sample a value its field refuses")
+    asked = {"optim.lr_scale=log:0.25:4": (0.25, 4.0, ()),
+             "model.num_heads=choice:4,8": (0.0, 0.0, (4, 8))}.get(text)
+    accepted(fits and (asked is None or (dim.low, dim.high, dim.choices) == asked),
+             f"{text} lets a trial sample a value its field refuses, or read as {dim}")
+
+
+DEMO_D_MODEL = 128  # configs/table3.py's base at the demo scale (docs/sweeps.md)
+HEAD_SPACES = st.one_of(
+    st.tuples(st.integers(1, 40), st.integers(1, 40)).filter(lambda b: b[0] < b[1]).map(
+        lambda b: f"int:{b[0]}:{b[1]}"),
+    st.lists(st.integers(1, 40), min_size=1, max_size=4, unique=True).map(
+        lambda v: "choice:" + ",".join(map(str, v))))
+
+
+@examples(20)
+@given(HEAD_SPACES)
+@example("choice:2,4,8")  # each divides d_model: valid
+@example("int:1:2")
+# found: accepted, and the search stopped with an error when it first sampled 3 or 5
+@example("int:1:5")
+@example("choice:16,24")
+def test_a_space_is_refused_before_the_first_trial_where_a_value_cannot_train(spec):
+    """A trial of d_model 128 trains only a number of heads that divides it: a space holding
+    any other is refused before the first trial (a dry run), naming the field."""
+    kind, _, rest = spec.partition(":")
+    low, high = (int(b) for b in rest.split(":")) if kind == "int" else (0, 0)
+    heads = range(low, high + 1) if kind == "int" else [int(v) for v in rest.split(",")]
+    trainable = all(DEMO_D_MODEL % h == 0 for h in heads)
+    with tempfile.TemporaryDirectory() as directory:
+        sweep = experiment.load_experiment(CONFIG, space=[f"model.num_heads={spec}"])
+        ok, result = outcome(lambda: search.run_search(
+            sweep, f"{directory}/root", Search("random", 2), scale="demo", dry_run=True),
+            names=[f"model.num_heads={spec}"], expect=trainable)
+        if ok:
+            accepted(result == {} and not os.listdir(directory), "a dry run wrote")
 
 
 # Experiment files: what get_sweep returns, and files that are not Python at all.
@@ -135,6 +180,8 @@ GRIDS = st.lists(st.dictionaries(
        st.dictionaries(st.sampled_from(gen.FIELDS), gen.ANY_SCALAR, max_size=2),
        st.sampled_from(["configs/table3.py", "configs/nosuch.py", "README.md", 42]),
        st.sampled_from(["python", "bytes", "nul", "syntax"]))
+@example("Sweep({name!r}, 'configs/table3.py', {grid!r})", "x",
+         [{"variant": "A_h4"}, {"variant": "base"}], {}, "configs/table3.py", "python")  # valid
 @example("None", "x", [], {}, "configs/table3.py", "python")  # get_sweep returned None
 @example("Sweep({name!r}, 'configs/table3.py', {grid!r})", "../up", [{}], {},
          "configs/table3.py", "python")  # a sweep named out of the root
@@ -156,10 +203,13 @@ def test_any_experiment_file_gives_points_or_one_line(source, name, grid, overri
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "exp.py"
         path.write_bytes(data)
-        ok, sweep = outcome(lambda: experiment.load_experiment(str(path)), names=[str(path)])
+        valid = grid == [{"variant": "A_h4"}, {"variant": "base"}] and kind == "python"
+        ok, sweep = outcome(lambda: experiment.load_experiment(str(path)), names=[str(path)],
+                            expect=True if valid else False if source == "None" else None)
         if not ok:
             return
-        fine = check_points(sweep)
+        fine = check_points(sweep) and (not valid or [p.variant for p in sweep.points()] == [
+            "A_h4", "base"])
         for point in sweep.points()[:2]:  # each point's config: built and checked, or refused
             good, _ = outcome(lambda point=point: points_lib.point_config(sweep, point),
                               names=[f"point {point.name}", str(sweep.config)])
@@ -175,6 +225,7 @@ CONFIG_SOURCE = st.sampled_from([
 
 @examples(15)
 @given(CONFIG_SOURCE, st.sampled_from(["base", "nosuch", "big,dataset=x", "", "a,b=c,d"]))
+@example("config_lib.from_arg(arg)", "base")  # valid
 @example("None", "base")
 def test_any_config_file_of_a_sweep_gives_a_config_or_one_line(source, arg):
     code = ("from transformer_jax import config as config_lib\n"
@@ -186,10 +237,14 @@ def test_any_config_file_of_a_sweep_gives_a_config_or_one_line(source, arg):
         sweep = experiment.Sweep("s", str(path), [{}])
         point = sweep.points()[0]
         ok, result = outcome(lambda: points_lib.point_config(sweep, point),
-                             names=[str(path), f"point {point.name}"])
+                             names=[str(path), f"point {point.name}"],
+                             expect={("config_lib.from_arg(arg)", "base"): True,
+                                     ("None", "base"): False}.get((source, arg)))
         if ok:
             config, own = result
-            accepted(config.variant == own.variant and config.model == own.model)
+            accepted(config.variant == own.variant and config.model == own.model and (
+                (source, arg) != ("config_lib.from_arg(arg)", "base")
+                or (config.variant, config.model.num_heads) == ("base", 8)))
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +260,7 @@ def swept_root(tmp_path_factory):
 
 @examples(15)
 @given(st.data())
+@example("as written")
 @example("climb")  # a point named to climb out of the root
 @example("no variant")  # found: a KeyError in the report
 def test_any_sweep_json_is_reported_or_one_line(swept_root, data):
@@ -212,7 +268,7 @@ def test_any_sweep_json_is_reported_or_one_line(swept_root, data):
     if isinstance(data, str):
         if data == "climb":
             definition["points"][0]["name"] = "../../outside"
-        else:
+        elif data == "no variant":
             del definition["points"][1]["variant"]
         raw = json.dumps(definition).encode()
     elif data.draw(st.booleans()):
@@ -224,10 +280,14 @@ def test_any_sweep_json_is_reported_or_one_line(swept_root, data):
         shutil.copytree(swept_root, root)
         (root / "sweep.json").write_bytes(raw)
         ok, result = outcome(lambda: report.collect(root),
-                             names=[str(root / "sweep.json"), str(root)])
+                             names=[str(root / "sweep.json"), str(root)],
+                             expect={"as written": True, "climb": False}.get(str(data)))
         if ok:
             _, rows = result
             names = [r["point"] for r in rows]
+            if data == "as written":
+                accepted(names == ["base", "A_h4", "D_ls0"], f"report rows {names}")
+                return
             inside = all(os.path.realpath(root / n).startswith(os.path.realpath(root) + os.sep)
                          for n in names)
             accepted(inside and len(set(names)) == len(names),
@@ -237,15 +297,18 @@ def test_any_sweep_json_is_reported_or_one_line(swept_root, data):
 @examples(40)
 @given(st.lists(st.dictionaries(st.sampled_from(["variant", "seed", "name", "a.b", "c"]),
                                 GRID_VALUES, max_size=3), min_size=1, max_size=6))
+@example([{"variant": "base"}, {"variant": "big", "seed": 1}])  # valid
 @example([{"name": ".."}])
 @example([{"name": 1}])  # CI's Hypothesis found it: a name not text
 @example([{"c": "x/y"}, {"c": "x_y"}])
 @example([{"c": "\n"}, {"c": "b"}])
 def test_points_get_unique_folder_names_or_one_line(grid):
-    ok, names = outcome(lambda: _names(grid), names=["point", "points repeat", "name"])
+    valid = grid == [{"variant": "base"}, {"variant": "big", "seed": 1}]
+    ok, names = outcome(lambda: _names(grid), names=["point", "points repeat", "name"],
+                        expect=True if valid else False if grid == [{"name": ".."}] else None)
     if ok:
         accepted(len(set(names)) == len(names) == len(grid) and not any(
-            hyper.unfit_name(n) for n in names))
+            hyper.unfit_name(n) for n in names) and (not valid or len(names) == 2))
 
 
 def _names(grid):

@@ -45,6 +45,7 @@ def other_vocabulary(tmp_path_factory):
 @examples(40)
 @given(st.data(), st.sampled_from(["file", "file", "file", "named pipe", "directory",
                                    "missing"]))
+@example("as written", "file")  # the run's own: valid
 @example("empty", "file")  # found: 0 pieces, translating into nothing
 @example("other", "file")  # another tool's special ids
 @example("small", "file")  # a 60-piece vocabulary
@@ -60,10 +61,12 @@ def test_any_vocabulary_file_loads_with_our_special_pieces_or_one_line(
         elif kind == "directory":
             path.mkdir()
         elif kind == "file":
-            raw = {"empty": b"", "other": other_vocabulary}.get(data) if isinstance(
-                data, str) else data.draw(st.one_of(gen.damaged_bytes(real), st.just(real)))
+            named = {"empty": b"", "other": other_vocabulary, "as written": real}
+            raw = named.get(data) if isinstance(data, str) else data.draw(
+                st.one_of(gen.damaged_bytes(real), st.just(real)))
             path.write_bytes(raw)
-        ok, tokenizer = outcome(lambda: Tokenizer(path), names=[str(path)])
+        ok, tokenizer = outcome(lambda: Tokenizer(path), names=[str(path)], expect={
+            "as written": True, "empty": False, "other": False}.get(str(data)))
         if ok:
             ids = tokenizer.encode("the small dog sees the old house .")
             accepted(tokenizer.vocab_size >= 3 and (tokenizer.sp.pad_id(), tokenizer.sp.eos_id(),
@@ -75,19 +78,18 @@ def test_any_vocabulary_file_loads_with_our_special_pieces_or_one_line(
 @examples(20)
 @given(st.lists(st.one_of(st.integers(-3, 260), st.sampled_from([2**31, -(2**31), 10**20])),
                 max_size=12))
+@example([5, 6, 7])  # valid
 @example([5, 250, 7])  # found: IndexError "piece id is out of range" from sentencepiece
 @example([-1])
 def test_any_ids_decode_to_text_or_one_line(trained_workdir, ids):
     """Ids as a model of another vocabulary would give them: text, or a DataError naming the
     vocabulary file, never sentencepiece's IndexError."""
     tokenizer = Tokenizer(trained_workdir / VOCAB)
-    ok, read = outcome(lambda: (tokenizer.decode(ids), tokenizer.pieces(ids)),
-                       names=[str(tokenizer.path)])
     fits = all(0 <= i < tokenizer.vocab_size for i in ids)
+    ok, read = outcome(lambda: (tokenizer.decode(ids), tokenizer.pieces(ids)),
+                       names=[str(tokenizer.path)], expect=fits)
     if ok:
-        accepted(fits and isinstance(read[0], str) and len(read[1]) == len(ids))
-    else:
-        assert not fits
+        accepted(isinstance(read[0], str) and len(read[1]) == len(ids))
 
 
 @pytest.fixture(scope="session")
@@ -133,7 +135,9 @@ def test_any_marian_config_imports_its_model_or_one_line(marian, trained_workdir
             (source / hf.RUN_CONFIG).unlink()
         out = Path(directory) / "imported"
         ok, _ = outcome(lambda: from_hf.import_directory(str(source), out),
-                        names=[str(source)])
+                        names=[str(source)], expect={"{}": True, str({
+                            "encoder_attention_heads": 0, "decoder_attention_heads": 0}): False,
+                            str({"d_model": "32"}): False}.get(str(data)))
         if not ok:
             assert not out.exists()  # nothing half written
             return
@@ -166,7 +170,8 @@ def test_an_edited_workdir_exports_whole_or_one_line(trained_workdir, target, fi
         (workdir / layout.CONFIG).write_text(json.dumps(saved))
         out = Path(directory) / "out"
         ok, _ = outcome(lambda: exports.export(target, workdir, out, average=1),
-                        names=[str(workdir)])
+                        names=[str(workdir)], expect={("hf", "num_heads", 2): False, (
+                            "hf", "attention", "blockwise"): True}.get((target, field, value)))
         if ok:  # only a model the checkpoint's computes the same: the rule of a resume
             accepted(out.is_dir() and any(out.iterdir()) and (value == was or (
                 field == "attention" and {value, was} <= set(kernels.having("exact")))),
@@ -199,7 +204,8 @@ def test_an_exported_runs_config_edited_imports_its_model_or_one_line(marian, fi
         (source / hf.RUN_CONFIG).write_text(json.dumps(run))
         out = Path(directory) / "imported"
         ok, _ = outcome(lambda: from_hf.import_directory(str(source), out),
-                        names=[str(source / hf.RUN_CONFIG)])
+                        names=[str(source / hf.RUN_CONFIG)], expect={
+                            ("norm", "pre"): False, ("dropout_rate", 0.3): True}.get((field, data)))
         if not ok:
             assert not out.exists()
             return

@@ -14,6 +14,8 @@ from transformer_jax.model.kernels.dense import dot_product_attention
 from transformer_jax.model.kernels.local_global import local_global_attention
 from transformer_jax.model.masks import make_mask
 
+from .. import needs
+
 Q3 = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
 V3 = [[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]]
 
@@ -288,7 +290,7 @@ def test_local_work_grows_with_r_times_n():
     assert sizes == [heads * 256 * 3 * r, heads * 512 * 3 * r]
 
 
-@pytest.mark.skipif(jax.default_backend() == "gpu", reason="the fallback is for non-GPU backends")
+@pytest.mark.skipif(jax.default_backend() == "gpu", reason=needs.OFF_GPU_FALLBACK)
 @pytest.mark.parametrize("causal", [False, True])
 def test_cudnn_kernel_falls_back_to_xla_off_gpu_with_one_log_line(causal, caplog, monkeypatch):
     monkeypatch.setattr(masks, "_logged", set())

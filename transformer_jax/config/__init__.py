@@ -42,6 +42,7 @@ from transformer_jax.config.datasets import DATASETS, Dataset
 from transformer_jax.config.defaults import MODEL_FIELDS, SEED_FIELDS, base_config
 from transformer_jax.config.fields import (
     apply_all,
+    check_name,
     checkpoints_to_average,
     derived_dims,
     get_field,
@@ -72,7 +73,7 @@ __all__ = [
     "BOOLS", "CHOICES", "DATASETS", "FLOATS", "INTS", "INT_MAX", "MODEL_FIELDS", "QUANTITIES",
     "SCALES", "SEED_FIELDS", "SEED_MAX", "SELECTORS", "STRINGS", "VARIANTS", "Dataset", "Scale",
     "Variant", "apply_all", "apply_overrides", "apply_scale", "base_config", "build",
-    "check_value", "checkpoints_to_average", "dataset_fields", "dataset_settings", "datasets",
-    "derived_dims", "from_arg", "get_field", "parse_variant_arg", "quantity", "refuse_selector",
-    "set_field", "table3_rows", "validate",
+    "check_name", "check_value", "checkpoints_to_average", "dataset_fields", "dataset_settings",
+    "datasets", "derived_dims", "from_arg", "get_field", "parse_variant_arg", "quantity",
+    "refuse_selector", "set_field", "table3_rows", "validate",
 ]

@@ -8,7 +8,7 @@ from typing import Any
 
 import ml_collections
 
-from transformer_jax.errors import ConfigError
+from transformer_jax.errors import ConfigError, shown
 from transformer_jax.model.spec import head_dims
 
 
@@ -22,6 +22,29 @@ def get_field(c: ml_collections.ConfigDict, path: str) -> Any:
     return node
 
 
+def check_name(c: ml_collections.ConfigDict, path: str, origin: str = "--config") -> None:
+    """Refuses in one line naming ``origin.path`` a dotted name that no field of ``c`` can
+    have: empty (``--config.``), with an empty part (``model..d_model``), or going into a field
+    that holds a value, not a section (``variant.x``). A name merely unknown to ``c`` is left
+    to :func:`set_field` (a config file may add fields)."""
+    named = f"{origin}.{shown(path)}"
+    if not path:
+        raise ConfigError(f"{origin}.: no field named; give {origin}.FIELD=VALUE, e.g. "
+                          f"{origin}.train.seed=1")
+    parts = path.split(".")
+    if not all(p.strip() for p in parts):
+        raise ConfigError(f"{named}: a field name with an empty part")
+    node = c
+    for depth, part in enumerate(parts[:-1], 1):
+        if part not in node:
+            return
+        node = node[part]
+        if not isinstance(node, ml_collections.ConfigDict):
+            raise ConfigError(f"{named}: unknown config field {shown(path)} "
+                              f"({'.'.join(parts[:depth])} holds a value, {type(node).__name__}, "
+                              "not a section of fields)")
+
+
 def set_field(c: ml_collections.ConfigDict, path: str, value: Any, origin: str = "") -> None:
     """``c.a.b = value`` for ``path="a.b"``; ConfigError naming the field if it is unknown or
     the value's type does not fit (an int where a float is expected is taken)."""
@@ -30,10 +53,10 @@ def set_field(c: ml_collections.ConfigDict, path: str, value: Any, origin: str =
     node = c
     for part in parents:
         if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
-            raise ConfigError(f"{where}unknown config field {path or repr(path)}")
+            raise ConfigError(f"{where}unknown config field {shown(path) or repr(path)}")
         node = node[part]
     if leaf not in node or isinstance(node[leaf], ml_collections.ConfigDict):
-        raise ConfigError(f"{where}unknown config field {path or repr(path)}")
+        raise ConfigError(f"{where}unknown config field {shown(path) or repr(path)}")
     if inexact_float(node[leaf], value):
         raise ConfigError(f"{where}{path}={_short(value)} {INEXACT}")
     try:

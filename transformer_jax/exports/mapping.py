@@ -219,13 +219,17 @@ def from_layers(w: Weights, config: TransformerConfig) -> dict[str, Any]:
 
 
 def check_new(out: storage.PathLike) -> storage.Path:
-    """``out`` as a path; UserError if it exists already, its parent does not, or the
-    directory :func:`writing` makes beside it cannot be made there (a name too long, no
-    permission): checked before anything is read."""
+    """``out`` as a path; UserError if it exists already (a dangling symbolic link too, which
+    the export would replace), its parent does not, or the directory :func:`writing` makes
+    beside it cannot be made there (a name too long, no permission): checked before anything
+    is read."""
     path = storage.path(out)
     given = shown(os.fspath(out))
     if path.exists():
         raise UserError(f"--out={given} exists already; name a new directory")
+    if not storage.is_remote(path) and os.path.islink(path):
+        raise UserError(f"--out={given} is a symbolic link to "
+                        f"{shown(os.readlink(path))}, which does not exist; name a new directory")
     if not path.parent.is_dir():
         raise UserError(f"--out={given}: no directory {shown(os.fspath(path.parent))}")
     try:

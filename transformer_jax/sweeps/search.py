@@ -38,14 +38,21 @@ import optuna
 
 from transformer_jax.errors import UserError
 from transformer_jax.io import storage
-from transformer_jax.sweeps import launchers, records, samplers, search_status, study as study_lib
+from transformer_jax.sweeps import (
+    launchers,
+    records,
+    samplers,
+    search_status,
+    space,
+    study as study_lib,
+)
 from transformer_jax.sweeps.checks import check_flags
 from transformer_jax.sweeps.controller import Controller, search_overrides
 from transformer_jax.sweeps.cpu_peak import shared_cpu_peak
 from transformer_jax.sweeps.experiment import Sweep
 from transformer_jax.sweeps.points import point_config, train_args
 from transformer_jax.sweeps.search_spec import Search
-from transformer_jax.sweeps.trials import confirming, known_points
+from transformer_jax.sweeps.trials import confirming, known_points, trial_points
 from transformer_jax.training import studies
 
 
@@ -76,9 +83,12 @@ def run_search(sweep: Sweep, root: str, search: Search, launcher: str = "local",
     controller = Controller(sweep, root, chosen, scale, search, overrides, python, experiment)
     samplers.get(search.sampler).check(controller.budget)
     study_lib.check_url(controller.url)
-    first = point_config(sweep, sweep.points()[0], scale, {**overrides, **search_overrides(
-        controller.url, sweep.name, 0, search, controller.budget.startup,
-        controller.first_rung)})[0]
+    fixed = {**overrides, **search_overrides(controller.url, sweep.name, 0, search,
+                                             controller.budget.startup, controller.first_rung)}
+    first = point_config(sweep, sweep.points()[0], scale, fixed)[0]
+    # Every value a trial may sample is one it can train (num_heads dividing d_model, ...).
+    space.check_trainable(sweep.space, lambda values: point_config(
+        sweep, trial_points(sweep, 0, values)[0], scale, fixed))
     root_path = storage.path(root)
     records.check_root(root_path, {"name": sweep.name, "scale": scale})
     # A database is opened before anything is written; the journal file is in the root.

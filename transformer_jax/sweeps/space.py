@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
@@ -172,6 +172,45 @@ def combine(dims: Sequence[Dimension], more: Sequence[Dimension]) -> tuple[Dimen
     if repeated:
         raise UserError(f"--space: {', '.join(repeated)} given twice")
     return out
+
+
+# An int dimension of at most this many values has each tried before the first trial (a
+# trial's config is built in about 5 ms); a wider one, or a float one, its bounds.
+TRIED_VALUES = 256
+
+
+def tried_values(dim: Dimension) -> tuple[Any, ...]:
+    """The values of ``dim`` that :func:`check_trainable` tries: every one of a choice or of
+    an int range of at most TRIED_VALUES, else the bounds."""
+    if dim.kind == "choice":
+        return dim.choices
+    if dim.kind == "int":
+        low, high = int(dim.low), int(dim.high)
+        return tuple(range(low, high + 1)) if high - low < TRIED_VALUES else (low, high)
+    return (dim.low, dim.high)
+
+
+def check_trainable(dims: Sequence[Dimension],
+                    config_of: Callable[[dict[str, Any]], object]) -> None:
+    """Refuses, in one UserError naming the dimension and the values, a space that holds
+    values a trial could sample and not train: ``model.num_heads=int:1:5`` with d_model 128,
+    which 3 and 5 do not divide. ``config_of({field: value})`` builds the config of a trial
+    given the value, raising UserError where it cannot be trained (config.validate). Each
+    dimension's :func:`tried_values` are tried alone, the others at the config's own."""
+    for dim in dims:
+        refused: dict[Any, UserError] = {}
+        for value in tried_values(dim):
+            try:
+                config_of({dim.field: value})
+            except UserError as e:
+                refused[value] = e
+        if refused:
+            bad = [_number(v) if isinstance(v, float) else str(v) for v in refused]
+            named = ", ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
+            why = str(next(iter(refused.values())))
+            why = why.split(": ", 1)[1] if why.startswith("point ") else why
+            raise UserError(f"space {shown(str(dim))}: a trial could sample {dim.field}={named}, "
+                            f"which no trial can train: {why}")
 
 
 def values(trial: optuna.trial.BaseTrial | optuna.trial.FrozenTrial,
