@@ -290,15 +290,18 @@ class MultiHeadAttention(nn.Module):
 
         caching = cfg.decode and self.kind == "causal"
         q_offset = self._cache_index() if caching else 0
-        scheme = position_schemes.get(cfg.positions)
-        if scheme.traits.rotates and self.kind != "cross":
-            # Queries and keys turned by their positions in the row (packed rows: relative
-            # scores within a sentence are the same), keys before they are cached.
-            where = jnp.arange(q_len) + q_offset
-            q = scheme.module.rotate(q, where, cfg.position_scale)
-            k = scheme.module.rotate(k, where, cfg.position_scale)
-        kernel = kernels.get(cfg.attention)
-        if caching and kernel.traits.recurrent and self.has_variable("cache", "cache_index"):
+        if cfg.positions != position_schemes.SINUSOIDAL and self.kind != "cross":
+            scheme = position_schemes.get(cfg.positions)
+            if scheme.traits.rotates:
+                # Queries and keys turned by their positions in the row (packed rows:
+                # relative scores within a sentence are the same), keys before they are cached.
+                where = jnp.arange(q_len) + q_offset
+                q = scheme.module.rotate(q, where, cfg.position_scale)
+                k = scheme.module.rotate(k, where, cfg.position_scale)
+        # The paper's kernel is this file's; another is its registry's entry.
+        kernel = None if cfg.attention == kernels.DENSE else kernels.get(cfg.attention)
+        recurrent = kernel is not None and kernel.traits.recurrent
+        if caching and recurrent and self.has_variable("cache", "cache_index"):
             out, weights = self._recurrent_step(kernel, q, k, v), None
         else:
             if caching:
@@ -307,7 +310,7 @@ class MultiHeadAttention(nn.Module):
             if not cfg.deterministic and cfg.attention_dropout_rate > 0:
                 dropout_rng = self.make_rng("dropout")
             causal = self.kind == "causal"
-            if cfg.attention == kernels.DENSE:  # the paper's
+            if kernel is None:  # the paper's: scaled dot-product attention
                 mask = make_mask(segment_ids, kv_segment_ids, causal=causal, q_offset=q_offset)
                 out, weights = dot_product_attention(
                     q, k, v, mask, dropout_rate=cfg.attention_dropout_rate,
@@ -372,13 +375,13 @@ class MultiHeadAttention(nn.Module):
         index.value = index.value + q.shape[2]
         return out
 
-    def _update_cache(self, k: Array, v: Array, segment_ids: Array, kernel: kernels.Kernel
-                      ) -> tuple[Array, Array, Array | int, Array]:
+    def _update_cache(self, k: Array, v: Array, segment_ids: Array,
+                      kernel: kernels.Kernel | None) -> tuple[Array, Array, Array | int, Array]:
         """Writes this step's keys/values at the cache index; returns the full cache. The
         priming call only allocates it: the keys and values of every position, or a
-        recurrent kernel's state."""
+        recurrent kernel's state (``kernel``: None for the paper's)."""
         index = self.variable("cache", "cache_index", lambda: jnp.zeros((), jnp.int32))
-        if kernel.traits.recurrent:
+        if kernel is not None and kernel.traits.recurrent:
             self.variable("cache", "kernel_state", kernel.function("init_state"), k, v,
                           random_features=self.config.random_features)
             return k, v, 0, segment_ids
