@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import os
 import re
@@ -112,6 +113,27 @@ def setup_logging() -> None:
                         stream=sys.stderr, force=True)
 
 
+def cpu_without_accelerators() -> None:
+    """JAX on the CPU alone (its ``jax_platforms`` "cpu", in this process only) where JAX's GPU
+    or TPU plugin is installed (the aot extra installs both) but the machine has no GPU and
+    no TPU: the plugins would otherwise try to start a device that is not there and print
+    their tracebacks (the CUDA plugin's "Unable to load cuDNN", libtpu's warnings) before JAX
+    falls back to the CPU. A machine with a GPU or TPU keeps JAX's own choice, and so does one
+    where JAX_PLATFORMS is set. Which devices the machine has is JAX's own test
+    (``hardware_utils``, which it asks before starting CUDA)."""
+    if "JAX_PLATFORMS" in os.environ or not (importlib.util.find_spec("jax_plugins")
+                                             or importlib.util.find_spec("libtpu")):
+        return
+    import jax
+    from jax._src import hardware_utils
+
+    if (jax.config.jax_platforms or hardware_utils.has_visible_nvidia_gpu()
+            or hardware_utils.num_available_tpu_chips_and_device_id()[0]
+            or hardware_utils.num_available_amd_gpus(stop_at=1)):
+        return
+    jax.config.update("jax_platforms", "cpu")
+
+
 def fail(message: str) -> NoReturn:
     """Ends the command with ``error: message`` on stderr and exit status 2 (bad input); the
     message is kept to one line (errors.shown)."""
@@ -218,6 +240,7 @@ def run(main: Callable[[list[str]], None]) -> None:
 
     def with_logging(argv: list[str]) -> None:
         setup_logging()
+        cpu_without_accelerators()
         main(argv)
 
     app.run(with_logging, flags_parser=_parse_flags)

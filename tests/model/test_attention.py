@@ -10,9 +10,9 @@ import pytest
 
 from transformer_jax.model import attention, masks
 from transformer_jax.model.kernels.blockwise import blockwise_attention
-from transformer_jax.model.kernels.dense import dot_product_attention
 from transformer_jax.model.kernels.local_global import local_global_attention
 from transformer_jax.model.masks import make_mask
+from transformer_jax.model.transformer import dot_product_attention
 
 from .. import needs
 

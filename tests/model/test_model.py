@@ -1,5 +1,9 @@
 """The model: the paper's formulas, masks that leak nothing, and the read-out of attention."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -323,3 +327,31 @@ def test_cached_decoding_with_local_multi_query_attention_matches_teacher_forcin
     for row, tokens in enumerate(np.asarray(out).tolist()):
         end = tokens.index(1) + 1 if 1 in tokens else 12  # up to the first EOS (id 1)
         np.testing.assert_array_equal(np.argmax(logits[row, :end], -1), tokens[:end])
+
+
+PAPER_PATH = """
+import sys
+import jax, jax.numpy as jnp
+from transformer_jax.model.transformer import Transformer, TransformerConfig
+config = TransformerConfig(vocab_size=50, num_layers=1, d_model=32, d_ff=64, num_heads=4,
+                           d_k=8, d_v=8, max_len=16, decode={decode})
+model, x = Transformer(config), jnp.ones((2, 5), jnp.int32)
+jax.eval_shape(model.init, jax.random.key(0), x, x[:, :1] if {decode} else x)  # traced only
+print(" ".join(sorted(m for m in sys.modules if m.startswith("transformer_jax"))))
+"""
+
+
+@pytest.mark.parametrize("decode", [False, True])
+def test_the_papers_path_imports_no_registry_entry(decode):
+    # The paper's model calls its own attention and sinusoids: a fresh process that builds
+    # and runs the base model (for training, and primed for cached decoding) has imported
+    # the registries' contracts but no kernel or position module (kernels/dense.py included).
+    out = subprocess.run([sys.executable, "-c", PAPER_PATH.format(decode=decode)],
+                         capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    modules = out.stdout.split()
+    assert "transformer_jax.model.transformer" in modules
+    assert "transformer_jax.model.kernels" in modules
+    assert [m for m in modules if m.startswith(("transformer_jax.model.kernels.",
+                                                "transformer_jax.model.positions."))] == []

@@ -17,9 +17,9 @@ from tests.model.test_attention import (
     value_and_grads,
 )
 from transformer_jax.model import attention
-from transformer_jax.model.kernels.dense import dot_product_attention
 from transformer_jax.model.kernels.local_global import local_global_attention
 from transformer_jax.model.masks import global_positions, make_mask
+from transformer_jax.model.transformer import dot_product_attention
 
 # A row of two sentences (5 and 4 positions) and one of padding, r = 1, g = 2. Row i: the keys
 # query i may see. Sentence 1 is positions 0-4, its global positions 0 and 1; sentence 2 is

@@ -16,7 +16,7 @@ For each model (configs/table3.py's ``base`` and ``big`` at the demo scale: 3 la
 Dropout is off (P_drop is checked apart: the train step's masks are not reproducible outside
 the code; tests/model/test_dropout.py checks their rate and scaling, and the last test here
 big's 0.3 of the paper at the demo's shapes; the demo scale trains big with 0.1). The numpy
-pass reads the parameter tree as the model lays it out (model/multihead.py's Projection: per
+pass reads the parameter tree as the model lays it out (model/transformer.py's Projection: per
 head, its query, key and value columns side by side) and does everything else itself:
 sqrt(d_model) embeddings, the paper's sinusoids (sin on even channels, cos on odd), masked
 softmax(QK^T / sqrt(d_k))V, post-LN Add & Norm, ReLU feed-forward, the shared output matrix.

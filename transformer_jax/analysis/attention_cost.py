@@ -22,8 +22,8 @@ from transformer_jax.errors import DataError, UserError, shown
 from transformer_jax.io import storage, strict_json
 from transformer_jax.io.storage import human_bytes
 from transformer_jax.model import masks, params
-from transformer_jax.model.kernels import dense
 from transformer_jax.model.spec import TransformerConfig
+from transformer_jax.model.transformer import dot_product_attention
 
 BILL_LENGTHS = tuple(512 * 2 ** i for i in range(12))  # 512 .. 1,048,576
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def measure_dense_attention(lengths: Sequence[int] | None = None, heads: int = 8
 
         def forward(q, k, v, segment_ids):
             mask = masks.make_mask(segment_ids, segment_ids)
-            return dense.dot_product_attention(q, k, v, mask)[0]
+            return dot_product_attention(q, k, v, mask)[0]
 
         stats = jax.jit(forward).lower(spec, spec, spec, seg).compile().memory_analysis()
         peak = (stats.temp_size_in_bytes + stats.argument_size_in_bytes

@@ -28,8 +28,11 @@ its bundle in ``REQUESTS_CA_BUNDLE``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
+import io
+import logging
 import os
 import pathlib
 import tempfile
@@ -43,7 +46,7 @@ from tensorflow_datasets.proto import tf_example_pb2
 from transformer_jax.config import datasets
 from transformer_jax.data import corpus, long_corpus, text
 from transformer_jax.errors import ConfigError, DataError
-from transformer_jax.io import locks, storage
+from transformer_jax.io import locks, quiet, storage
 
 
 def download_config() -> tfds.download.DownloadConfig:
@@ -224,12 +227,12 @@ def prepare_generated(tfds_name: str, data_dir: str | None) -> None:
     data_dir the dataset is prepared in a local temporary directory and copied up.
     """
     builder = _generated_builder(tfds_name, data_dir)
-    if builder.is_prepared():
+    if _is_prepared(builder):
         return
     where = data_dir or os.path.expanduser("~/tensorflow_datasets")
     with locks.Lock(storage.path(where) / builder.name):
         builder = _generated_builder(tfds_name, data_dir)
-        if builder.is_prepared():
+        if _is_prepared(builder):
             return
         # Under the lock, what a killed preparation left is no one's.
         for unfinished in unfinished_preparations(tfds_name, data_dir):
@@ -248,9 +251,24 @@ def _generated_builder(tfds_name: str, data_dir: str | None) -> tfds.core.Datase
     return tfds.builder(tfds_name, data_dir=data_dir, file_format="array_record")
 
 
+# TFDS's warning when asked whether a dataset not yet written is prepared: its folder "has no
+# dataset_info.json". Here the answer is expected, and the dataset is then written.
+_NOT_YET_WRITTEN = "has no dataset_info.json"
+
+
+def _is_prepared(builder: tfds.core.DatasetBuilder) -> bool:
+    with quiet.Dropped(_NOT_YET_WRITTEN):
+        return builder.is_prepared()
+
+
 def _prepare_in(tfds_name: str, local_dir: str) -> None:
-    _generated_builder(tfds_name, local_dir).download_and_prepare(
-        download_config=download_config())
+    """Writes the generated dataset under ``local_dir``. TFDS prints to stdout that it is
+    "Downloading and preparing dataset Unknown size": nothing is downloaded, so this one line
+    says what happens instead, on stderr with the rest of the log."""
+    builder = _generated_builder(tfds_name, local_dir)
+    logging.info("writing the generated dataset %s to %s (once)", builder.name, builder.data_dir)
+    with contextlib.redirect_stdout(io.StringIO()):
+        builder.download_and_prepare(download_config=download_config())
 
 
 _TEXT_CACHE: dict[tuple, text.TextPairs] = {}

@@ -2,7 +2,7 @@
 target can express, and writing the output directory whole or not at all.
 
 :func:`layers_of` turns our parameter tree (fused, head-grouped projections, see
-``model/multihead.py``) into :class:`Weights`: for every attention block its query, key,
+``model/transformer.py``) into :class:`Weights`: for every attention block its query, key,
 value and output matrices as [d_in, d_out] numpy arrays with their biases (the key's bias,
 which the model leaves out, as zeros), the feed-forward matrices, the LayerNorms, the
 embeddings, the output layer and the position table. Each target writes these in its own

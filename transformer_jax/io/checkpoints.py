@@ -38,7 +38,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from transformer_jax.errors import TrainingStopped, UserError
-from transformer_jax.io import late_reads, layout, storage
+from transformer_jax.io import late_reads, layout, quiet, storage
 from transformer_jax.io.checkpoint_integrity import (
     CHECKSUMS,
     CorruptCheckpoint,
@@ -53,6 +53,10 @@ from transformer_jax.io.checkpoint_integrity import (
 # parameters barely move between checkpoints. A window reaching back before 90% of its newest
 # step averages a model that was still changing fast (the demo's 150, 300, 450 lost 18 BLEU).
 EARLY_FRACTION = 0.9
+
+# orbax's warning when a checkpoint's item directory ("state"), read on its own for its
+# metadata, lacks the metadata file it looks for there: that file is the step's, one level up.
+ITEM_METADATA = "Metadata file does not exist"
 
 TRASH = "deleting"  # old checkpoints are renamed into this subdirectory, then removed
 
@@ -127,7 +131,7 @@ class Checkpoints:
             items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
         # orbax warns about each file a damaged checkpoint lacks; the damage is reported
         # once, in one line, by restore_latest.
-        with _DropMessages():
+        with quiet.Dropped():
             try:
                 restored = self.manager.restore(step, args=ocp.args.Composite(**items))
                 meta = dict(restored["meta"])
@@ -198,7 +202,7 @@ class Checkpoints:
         self._check_params_fit(step, template)
         # Reading part of the state makes orbax warn about every item left unread.
         try:
-            with (_DropMessages("was found in the checkpoint, but could not be restored"),
+            with (quiet.Dropped("was found in the checkpoint, but could not be restored"),
                   ocp.PyTreeCheckpointer() as reader):
                 restored = reader.restore(
                     where / "state",
@@ -222,7 +226,7 @@ class Checkpoints:
         the model of the config (an edited config.json) is not the one it trained."""
         where = self.directory / str(step)
         try:
-            with ocp.StandardCheckpointer() as reader:
+            with quiet.Dropped(ITEM_METADATA), ocp.StandardCheckpointer() as reader:
                 saved = shapes(reader.metadata(where / "state").item_metadata)
         except Exception as e:  # noqa: BLE001 -- unreadable metadata: a damaged checkpoint
             raise UserError(f"checkpoint {where} is damaged: {_first_line(e)}") from e
@@ -289,7 +293,7 @@ class Checkpoints:
         damaged (not a JSON object)."""
         where = self.directory / str(step) / "meta"
         try:
-            with _DropMessages():
+            with quiet.Dropped():
                 meta = self.manager.restore(step, args=ocp.args.Composite(
                     meta=ocp.args.JsonRestore()))["meta"]
         except Exception as e:  # noqa: BLE001 -- whatever a damaged file makes orbax raise
@@ -313,7 +317,7 @@ def saved_shapes(checkpoint: storage.PathLike) -> dict[str, tuple[int, ...]] | N
     ``checkpoint`` (``<workdir>/checkpoints/<step>``), read from its metadata alone; None when
     that is unreadable (a damaged checkpoint)."""
     try:
-        with ocp.StandardCheckpointer() as reader:
+        with quiet.Dropped(ITEM_METADATA), ocp.StandardCheckpointer() as reader:
             tree = reader.metadata(storage.path(checkpoint) / "state").item_metadata
     except Exception:  # noqa: BLE001 -- unreadable metadata: a damaged checkpoint
         return None
@@ -340,24 +344,3 @@ def _abstract(tree: Any) -> Any:
     return jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype)
         if not isinstance(x, jax.ShapeDtypeStruct) else x, tree)
-
-
-class _DropMessages(logging.Filter):
-    """While entered, drops the absl log records (orbax logs through absl) that contain
-    ``text``, or, when ``text`` is None, every warning."""
-
-    def __init__(self, text: str | None = None):
-        super().__init__()
-        self.text = text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self.text is None:
-            return record.levelno != logging.WARNING
-        return self.text not in record.getMessage()
-
-    def __enter__(self) -> _DropMessages:
-        logging.getLogger("absl").addFilter(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        logging.getLogger("absl").removeFilter(self)

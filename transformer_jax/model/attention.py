@@ -1,12 +1,12 @@
-"""Attention: the model's one call, :func:`attend`, which runs the kernel ``model.attention``
-names.
+"""Attention by name: :func:`attend` runs the kernel ``model.attention`` names.
 
-The paper's scaled dot-product attention, softmax(Q K^T / sqrt(d_k)) V, with the mask applied
-before the softmax. The kernels that compute it are the modules of ``model/kernels/``, one
-each with its traits (``kernels.Traits``): "dense", the paper's, and others that compute the
-same numbers with less memory (blockwise, cudnn) or attend to fewer keys (local). Their masks
-are ``model/masks.py``'s. :func:`attend` reads the chosen kernel's traits, not its name, to
-decide what runs.
+The paper's scaled dot-product attention, softmax(Q K^T / sqrt(d_k)) V with the mask applied
+before the softmax, is ``transformer.dot_product_attention``, which the model calls itself
+for the paper's kernel, "dense". The kernels that compute the same numbers with less memory
+(blockwise, cudnn) or attend to fewer keys (local) are the modules of ``model/kernels/``, one
+each with its traits (``kernels.Traits``); the model runs them through :func:`attend`, which
+reads the chosen kernel's traits, not its name, to decide what runs. Their masks are
+``model/masks.py``'s.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def attend(
     dropout_impl: str = "hash",
     return_weights: bool = False,
 ) -> tuple[jax.Array, jax.Array | None]:
-    """Attention by the kernel named ``kernel`` (a module of ``model/kernels/``), the model's
-    one call: it chooses what runs, from the kernel's traits.
+    """Attention by the kernel named ``kernel`` (a module of ``model/kernels/``; "dense" too,
+    through its entry): it chooses what runs, from the kernel's traits.
 
     Head-major q [b, h, q, d_k], k [b, h_kv, k, d_k], v [b, h_kv, k, d_v] with segment ids
     [b, q] and [b, k]; returns ([b, h, q, d_v], the weights [b, h, q, k] or None).

@@ -193,7 +193,7 @@ class PmapExecutor:
 
 # Which parameter axes are split over "model", by the end of the parameter's path. Heads
 # are whole on each device because the fused projections are head-major
-# ([d_model, heads, widths], multihead.Projection).
+# ([d_model, heads, widths], transformer.Projection).
 MODEL_PARALLEL_RULES: tuple[tuple[str, P], ...] = (
     (r"(qkv|query|key_value)/kernel$", P(None, MODEL, None)),
     (r"(qkv|query|key_value)/bias$", P(MODEL, None)),

@@ -3,12 +3,13 @@ is :class:`transformer_jax.plugins.Registry`'s).
 
 "blockwise" is ``transformer_jax.model.kernels.blockwise``; a kernel kept elsewhere is one file
 in a directory of ``TRANSFORMER_JAX_KERNELS``. "local", the restricted self-attention of the
-paper's Table 1, is an alias: the local_global kernel with no global positions. A kernel
-module defines:
+paper's Table 1, is an alias: the local_global kernel with no global positions. "dense", the
+paper's, is ``model.transformer.dot_product_attention``, which the model calls directly.
+A kernel module defines:
 
-* ``TRAITS``, a :class:`Traits`: what it computes and takes, which the model's one call
-  (``attention.attend``), the config's validation, the resume rules and the benchmarks read
-  instead of keeping lists of names;
+* ``TRAITS``, a :class:`Traits`: what it computes and takes, which the call that runs a
+  kernel by name (``attention.attend``), the config's validation, the resume rules and the
+  benchmarks read instead of keeping lists of names;
 * ``run(q, k, v, q_segment_ids, kv_segment_ids, *, causal, q_offset, window, global_tokens,
   block_size, random_features, dropout_rate, dropout_rng, dropout_impl, return_weights)``,
   returning (outputs [b, h, q, d_v], the weights [b, h, q, k] or None): head-major

@@ -23,7 +23,6 @@ import jax
 import jax.numpy as jnp
 
 from transformer_jax.model.kernels import Traits
-from transformer_jax.model.kernels.dense import dot_product_attention
 from transformer_jax.model.masks import (
     MASK_VALUE,
     block_mask,
@@ -34,6 +33,7 @@ from transformer_jax.model.masks import (
     segment_starts,
     token_major,
 )
+from transformer_jax.model.transformer import dot_product_attention
 
 # Cross-attention has no window (its keys are not positions of its queries): blockwise,
 # which holds no q x k matrix either.
