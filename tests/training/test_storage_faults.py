@@ -4,13 +4,16 @@ that fills after the workdir's pre-flight check passed, on a small tmpfs each te
 is left where a later run reads, and once there is room the same command resumes to the
 losses of a run never interrupted."""
 
+import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import struct
 import subprocess
 import sys
+import termios
 import time
 
 import pytest
@@ -156,3 +159,87 @@ def test_a_token_cache_on_a_full_disk_is_not_written_and_the_run_loses_nothing(
     assert logged_losses(tmp_path / "run") == logged_losses(straight_run)
     assert os.listdir(tmp_path / "cache") == []  # unmounted
     assert workdirs.checkpoint_steps_on_disk(tmp_path / "run") == [10, 20]
+
+
+# ----------------------------------------------------------------------------------------
+# A write that stalls
+
+
+def stalled_metrics(workdir):
+    """metrics.jsonl made a named pipe that nobody reads, its buffer one page: the run's
+    writes to it return until about 4 KiB of lines are in the pipe, and then hang (a write
+    a signal can interrupt, as to a stalled file server). Returns the file descriptor that
+    keeps the pipe open (and says how full it is)."""
+    workdir.mkdir(parents=True)
+    os.mkfifo(workdir / layout.METRICS)
+    pipe = os.open(workdir / layout.METRICS, os.O_RDWR | os.O_NONBLOCK)
+    fcntl.fcntl(pipe, fcntl.F_SETPIPE_SZ, 4096)
+    return pipe
+
+
+def wait_for_the_stall(process, pipe, quiet_s=1.0):
+    """Returns once the pipe has held the same bytes for ``quiet_s`` while the run is alive
+    (its writer blocked on the full pipe): the moment the stall began, by time.monotonic."""
+    deadline, held, since = time.time() + 300, -1, time.monotonic()
+    while True:
+        assert process.poll() is None, process.communicate()[0][-3000:]
+        assert time.time() < deadline, "the metrics write never stalled"
+        now_held = struct.unpack("i", fcntl.ioctl(pipe, termios.FIONREAD, b"\0" * 4))[0]
+        if now_held != held:
+            held, since = now_held, time.monotonic()
+        elif held > 2048 and time.monotonic() - since >= quiet_s:
+            return since
+        time.sleep(0.02)
+
+
+def stall_config(data_dir, **train_fields):
+    # straight_run's run with a checkpoint every 2 steps: the stall (about step 11) comes
+    # shortly after one; checkpoints change none of the losses.
+    return tiny_config(data_dir, num_steps=20, log_every=1, checkpoint_every=2, **train_fields)
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("stop", ["timeout", "SIGTERM"])
+def test_a_stalled_metrics_write_stops_the_run_in_one_line_and_loses_nothing(
+        tmp_path, builtin_data_dir, straight_run, stop):
+    # Stopped by train.write_timeout_s (5 s here), or, with its default of 120 s, by SIGTERM
+    # sent a second into the stall, which must end the run within 60 s.
+    config = stall_config(builtin_data_dir, write_timeout_s=5.0 if stop == "timeout" else 120.0)
+    workdir = tmp_path / "run"
+    pipe = stalled_metrics(workdir)
+    try:
+        process = start(config, workdir)
+        stalled_at = wait_for_the_stall(process, pipe)
+        if stop == "SIGTERM":
+            signalled = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=300)[0]
+        ended = time.monotonic()
+    finally:
+        os.close(pipe)
+    error = one_error_line(output, process.returncode)
+    steps = assert_every_checkpoint_whole(workdir, config)
+    assert steps and steps[-1] >= 2, steps
+    what = f"the write of step \\d+'s metrics to {workdir / layout.METRICS} and "
+    if stop == "timeout":
+        assert re.fullmatch(f"error: {what}.* did not return within train.write_timeout_s=5 s "
+                            r"\(a stalled disk or file server\?\): stopped; the last complete "
+                            f"checkpoint is {steps[-1]}: run the same command again to resume "
+                            "from it once the disk answers", error), error
+        assert 5 <= ended - stalled_at < 5 + 30, ended - stalled_at
+    else:
+        assert re.fullmatch(f"error: SIGTERM received while {what}.* had not returned for "
+                            r"\d+ s \(a stalled disk or file server\?\): stopped without a new "
+                            f"checkpoint; the last complete checkpoint is {steps[-1]}: .*",
+                            error), error
+        assert ended - signalled < 60, ended - signalled
+    print(f"{stop}: stopped {ended - stalled_at:.1f} s after the stall began: {error}")
+    # Once the disk answers (the pipe gone), the same command resumes to the same losses.
+    (workdir / layout.METRICS).unlink()
+    final = subprocess.run([sys.executable, "-m", "transformer_jax.main", *command_line(config),
+                            f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=600)
+    assert final.returncode == 0, final.stderr[-3000:]
+    logged = logged_losses(workdir)
+    assert [step for step, _ in logged] == list(range(steps[-1] + 1, 21))
+    assert logged == logged_losses(straight_run)[steps[-1]:]
