@@ -141,6 +141,30 @@ def test_a_disk_full_mid_run_stops_in_one_line_and_resumes_to_the_same_losses(
 
 
 @pytest.mark.faults
+def test_whole_files_and_appended_logs_on_a_full_disk_are_left_as_they_were(tmp_path):
+    # What every record a run or a sweep writes whole goes through (final_metrics.json,
+    # config.json, sweep.json, sweep_point.json), and the appended logs, on 64 KiB.
+    from transformer_jax.errors import DiskFull
+    from transformer_jax.io import storage
+
+    with needs.tmpfs(tmp_path / "disk", 64 * 1024) as disk:
+        record = disk / "sweep_point.json"
+        storage.write_atomically(record, '{"attempts": 1}')
+        with pytest.raises(DiskFull, match=f"^{re.escape(str(record))}: No space left on "
+                                           "device: the write was undone"):
+            storage.write_atomically(record, "x" * 128 * 1024)
+        assert record.read_text() == '{"attempts": 1}'
+        line = '{"split": "train", "step": 1, "loss": 4.5}\n'
+        full = pytest.raises(DiskFull, match=f"^{re.escape(str(disk / 'metrics.jsonl'))}: ")
+        with storage.LineLog(disk / "metrics.jsonl") as log, full:
+            for _ in range(64 * 1024):  # more lines than the disk holds
+                log.write(line)
+        text = (disk / "metrics.jsonl").read_text()
+        assert text == line * (len(text) // len(line)) and len(text) > 16 * 1024
+        assert sorted(p.name for p in disk.iterdir()) == ["metrics.jsonl", "sweep_point.json"]
+
+
+@pytest.mark.faults
 def test_a_token_cache_on_a_full_disk_is_not_written_and_the_run_loses_nothing(
         tmp_path, builtin_data_dir, straight_run, caplog):
     # The training split's cache (about 6 MiB of ids) on a file system of 1 MiB: written
@@ -177,17 +201,17 @@ def stalled_metrics(workdir):
     return pipe
 
 
-def wait_for_the_stall(process, pipe, quiet_s=1.0):
+def wait_for_the_stall(process, pipe, quiet_s=1.0, timeout=600):
     """Returns once the pipe has held the same bytes for ``quiet_s`` while the run is alive
     (its writer blocked on the full pipe): the moment the stall began, by time.monotonic."""
-    deadline, held, since = time.time() + 300, -1, time.monotonic()
+    deadline, held, since = time.time() + timeout, -1, time.monotonic()
     while True:
         assert process.poll() is None, process.communicate()[0][-3000:]
         assert time.time() < deadline, "the metrics write never stalled"
         now_held = struct.unpack("i", fcntl.ioctl(pipe, termios.FIONREAD, b"\0" * 4))[0]
         if now_held != held:
             held, since = now_held, time.monotonic()
-        elif held > 2048 and time.monotonic() - since >= quiet_s:
+        elif held > 4096 - 1024 and time.monotonic() - since >= quiet_s:  # lines < 1 KiB
             return since
         time.sleep(0.02)
 
