@@ -72,10 +72,9 @@ class Checkpoints:
         self.timeout_s = timeout_s  # for a save to finish (train.write_timeout_s)
         self.interrupted: Callable[[], str | None] = lambda: None  # a stop signal's name
         self._stalled = False
-        # orbax logs a failed save's traceback from its own thread: kept for the one line
-        # that reports it (_finish_writing).
+        # orbax logs a failed save's traceback from its own thread: while a save is in
+        # flight, kept for the one line that reports it (_finish_writing).
         self._save_errors = SaveErrors()
-        logging.getLogger("absl").addFilter(self._save_errors)
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
@@ -108,6 +107,7 @@ class Checkpoints:
                  "meta": ocp.args.JsonSave({**meta, CHECKSUMS: checksums})}
         if data_iterator is not None:
             items["data"] = grain.checkpoint.CheckpointSave(data_iterator)
+        logging.getLogger("absl").addFilter(self._save_errors)
         started = self.manager.save(step, args=ocp.args.Composite(**items), force=force)
         if started:
             self._writing = step
@@ -128,6 +128,7 @@ class Checkpoints:
             raise
         except Exception as e:  # noqa: BLE001 -- whatever a failed write makes orbax raise
             error = e
+        logging.getLogger("absl").removeFilter(self._save_errors)
         self._writing = None
         if step is not None and not (self.directory / str(step)).is_dir():
             errors = [*self._save_errors.take(), *([error] if error else [])]
@@ -339,12 +340,9 @@ class Checkpoints:
         self._finish_writing()
 
     def close(self) -> None:
-        try:
-            self._finish_writing()
-            if not self._stalled:  # closing waits for the writer threads
-                self.manager.close()
-        finally:
-            logging.getLogger("absl").removeFilter(self._save_errors)
+        self._finish_writing()
+        if not self._stalled:  # closing waits for the writer threads
+            self.manager.close()
 
 
 def saved_shapes(checkpoint: storage.PathLike) -> dict[str, tuple[int, ...]] | None:
