@@ -25,3 +25,13 @@ def test_a_missing_module_skips_here_and_fails_in_ci(monkeypatch):
 
 def test_a_module_that_is_there_is_returned():
     assert needs.require("json", "the standard library").dumps([1]) == "[1]"
+
+
+@pytest.mark.faults  # mounting needs root, as the fault tests that use it do
+def test_a_tmpfs_has_the_size_asked_for_and_is_unmounted_after(tmp_path):
+    import shutil
+
+    with needs.tmpfs(tmp_path / "disk", 64 * 1024) as disk:
+        assert shutil.disk_usage(disk).total == 64 * 1024
+        (disk / "file").write_bytes(b"x")
+    assert list((tmp_path / "disk").iterdir()) == []
