@@ -26,8 +26,10 @@ POLL_S = 0.1  # how often a wait looks at the clock and for a stop signal
 def within(seconds: float, what: str, write: Callable[[], Any],
            interrupted: Callable[[], str | None] = lambda: None) -> Any:
     """``write()``'s result, or its exception; WriteStalled naming ``what`` when it has not
-    returned after ``seconds``, or when ``interrupted()`` names a stop signal meanwhile."""
+    returned after ``seconds``, or when ``interrupted()`` names a stop signal that came
+    meanwhile (one that came before, whose checkpoint is being written, does not count)."""
     outcome: dict[str, Any] = {}
+    earlier = interrupted()
 
     def run() -> None:
         try:
@@ -44,7 +46,7 @@ def within(seconds: float, what: str, write: Callable[[], Any],
             break
         waited = time.monotonic() - start
         signal_name = interrupted()
-        if signal_name:
+        if signal_name and not earlier:
             raise WriteStalled(f"{signal_name} received while {what} had not returned for "
                                f"{waited:.0f} s (a stalled disk or file server?): stopped "
                                "without a new checkpoint")
