@@ -8,8 +8,13 @@ it came: in CI a run with a skipped test fails at its end, listing them, unless 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import pathlib
+import shutil
+import subprocess
+from collections.abc import Iterator
 from types import ModuleType
 from typing import NoReturn
 
@@ -102,3 +107,21 @@ class NoSkipInCI:
                 reporter.write_line(line, red=True)
             else:
                 print(line)
+
+
+@contextlib.contextmanager
+def tmpfs(directory: pathlib.Path, size_bytes: int) -> Iterator[pathlib.Path]:
+    """``directory`` (made) with a tmpfs of ``size_bytes`` mounted on it for the ``with``
+    block: a small file system a test can fill. Mounting needs root (or CAP_SYS_ADMIN): where
+    ``mount`` refuses, :func:`missing`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    mount = shutil.which("mount")
+    ran = subprocess.run([mount, "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs",
+                          str(directory)], capture_output=True, text=True) if mount else None
+    if ran is None or ran.returncode:
+        missing(f"a small file system: `mount -t tmpfs` failed "
+                f"({ran.stderr.strip() if ran else 'no mount command'}); run as root")
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "--lazy", str(directory)], check=False)

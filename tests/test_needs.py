@@ -116,3 +116,13 @@ def test_require_at_module_level_skips_the_module_or_fails_in_ci(pytester, monke
         assert ("\nno_such_module_x is not installed (the zz extra: pip install -e '.[zz]'): "
                 "No module named 'no_such_module_x' (CI=1: .ci/run installs it)\n") in out
         assert "During handling" not in out
+
+
+@pytest.mark.faults  # mounting needs root, as the fault tests that use it do
+def test_a_tmpfs_has_the_size_asked_for_and_is_unmounted_after(tmp_path):
+    import shutil
+
+    with needs.tmpfs(tmp_path / "disk", 64 * 1024) as disk:
+        assert shutil.disk_usage(disk).total == 64 * 1024
+        (disk / "file").write_bytes(b"x")
+    assert list((tmp_path / "disk").iterdir()) == []

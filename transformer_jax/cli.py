@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 from absl import app, flags, logging as absl_logging
 from ml_collections import ConfigDict, config_flags
 
-from transformer_jax.errors import TrainingStopped, UserError, in_users_code, shown
+from transformer_jax.errors import TrainingStopped, UserError, WriteStalled, in_users_code, shown
 
 # Errors that mean bad input rather than a bug: reported in one line, exit status 2 (a
 # training run that stopped itself: its message, and the status of its reason).
@@ -148,6 +148,10 @@ def clean_errors(errors: tuple[type[BaseException], ...] = USER_ERRORS,
     ``describe(error)``, and exit status 2; a TrainingStopped into its message and its exit
     status (errors.STOP_EXIT_STATUS).
 
+    A WriteStalled ends the process at once after its line (os._exit): the thread blocked in
+    the write could never be joined at the interpreter's exit. An OSError for want of space
+    (ENOSPC, EDQUOT) that no writer named is one line too.
+
     Set TRANSFORMER_JAX_TRACEBACK=1 to see the full traceback instead.
     """
     try:
@@ -158,7 +162,18 @@ def clean_errors(errors: tuple[type[BaseException], ...] = USER_ERRORS,
         if isinstance(e, TrainingStopped):
             print(str(e), file=sys.stderr)
             sys.exit(e.exit_status)
+        if isinstance(e, WriteStalled):
+            print(f"error: {shown(describe(e))}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(2)
         fail(describe(e))
+    except OSError as e:
+        from transformer_jax.io.storage import NO_SPACE
+
+        if e.errno not in NO_SPACE or os.environ.get("TRANSFORMER_JAX_TRACEBACK"):
+            raise
+        fail(f"{e.filename or 'a write'}: {e.strerror} (free some space and run the same "
+             "command again)")
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

@@ -68,6 +68,18 @@ STOP_EXIT_STATUS = {"diverged": 3, "pruned": 4}
 FAILED_PROCESS_EXIT_STATUS = 5
 
 
+class DiskFull(UserError):
+    """A write failed for want of space (ENOSPC, or a quota: EDQUOT); the message names the
+    path, and nothing half-written is left there (io/storage.py)."""
+
+
+class WriteStalled(UserError):
+    """A write (a checkpoint, a log) did not return within ``train.write_timeout_s``, or a
+    stop signal came while it hung. The thread blocked in it cannot be ended, so the command
+    reports the message and ends the process at once (cli.clean_errors) rather than wait for
+    it at the interpreter's exit."""
+
+
 class TrainingStopped(UserError):
     """Training stopped itself: it diverged (non-finite steps, a loss far above its best) or
     its Optuna trial was pruned. The message names the step and why; ``reason`` is a key of

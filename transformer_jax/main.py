@@ -44,12 +44,23 @@ def end_promptly_on_failure() -> Iterator[None]:
 
     Otherwise the process would wait at JAX's shutdown barrier for the dead one until the
     coordination service's heartbeat timeout (100 s), then abort with a C++ stack dump.
+
+    A write of this process's that failed for want of space or stalled (DiskFull,
+    WriteStalled) is not met by the others alike: they wait for this one in their next
+    collective. It ends this process at once too, after its one line (exit status 2); the
+    others' collectives then break and they end as above.
     """
     try:
         yield
     except Exception as e:
         import jax
 
+        from transformer_jax.errors import DiskFull, WriteStalled, shown
+
+        if jax.process_count() > 1 and isinstance(e, DiskFull | WriteStalled):
+            print(f"error: {shown(str(e))}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(2)
         if jax.process_count() == 1 or isinstance(e, cli.USER_ERRORS):
             raise
         from transformer_jax.errors import FAILED_PROCESS_EXIT_STATUS

@@ -394,6 +394,53 @@ def test_a_killed_process_and_both_restarted_resume_the_uninterrupted_losses(
     assert not mismatches, f"killed after step {killed_at_step}: {mismatches[:5]}"
 
 
+@pytest.mark.faults
+def test_a_stalled_write_of_process_0_stops_both_processes_and_both_resume(
+        builtin_data_dir, tmp_path):
+    # Process 0 alone writes metrics.jsonl, here a pipe nobody reads (its buffer one page,
+    # half of it taken already): its write hangs at about step 6 while process 1 waits for it
+    # in the next step's collectives. train.write_timeout_s=5 ends process 0 in one line;
+    # process 1 is then ended by JAX, whose coordination service (in process 0) is gone: its
+    # own message and a stack dump, SIGABRT.
+    from ..training.test_storage_faults import stalled_metrics, wait_for_the_stall
+
+    workdir, logs = tmp_path / "run", tmp_path / "logs"
+    pipe = stalled_metrics(workdir)
+    os.write(pipe, b" " * 2048)
+    args = run_args(builtin_data_dir, workdir, **{"train.write_timeout_s": 5.0})
+    procs = start(args, logs, "stalled")
+    try:
+        with ended_at_exit(procs):
+            stalled_at = wait_for_the_stall(procs[0], pipe, quiet_s=2.0, timeout=1800)
+            procs[0].wait(timeout=120)
+            procs[1].wait(timeout=HEARTBEAT_S + 60)
+            ended = time.monotonic() - stalled_at
+        # What the stalled run logged is in the pipe: whole lines (a pipe takes a write of
+        # up to 4 KiB whole or not at all).
+        in_pipe = os.read(pipe, 4096).decode()
+    finally:
+        os.close(pipe)
+    before = [(r["step"], r["loss"], r.get("grad_norm")) for r in map(json.loads,
+              in_pipe.strip().splitlines()) if r["split"] == "train"]
+    first, second = ((logs / f"stalled.{i}.log").read_text() for i in range(2))
+    lines = first.strip().splitlines()
+    assert procs[0].returncode == 2 and "Traceback" not in first, first[-3000:]
+    assert re.fullmatch(r"error: the write of step \d+'s metrics to .* did not return within "
+                        r"train.write_timeout_s=5 s .*; the last complete checkpoint is 4: "
+                        r".*", lines[-1]), lines[-1]
+    assert procs[1].returncode != 0, second[-3000:]
+    assert ended < 5 + HEARTBEAT_S + 60, ended
+    print(f"both ended {ended:.1f} s after the stall began: {lines[-1]}\n"
+          f"process 1 ({procs[1].returncode}): {second.strip().splitlines()[-1]}")
+    (workdir / "metrics.jsonl").unlink()
+    restarted = train_two(args, logs, "restarted", timeout=1800)
+    assert "resuming from step 4" in restarted[0], restarted[0][-3000:]
+    # The steps logged before the stall and logged again after the resume, bitwise equal.
+    after = losses(workdir)
+    assert [s for s, _, _ in after] == list(range(5, STEPS + 1))
+    assert before[4:] and before[4:] == after[:len(before) - 4], (before, after)
+
+
 # ----------------------------------------------------------------------------------------
 # The workdir in a bucket; pmap
 

@@ -16,7 +16,7 @@ def test_the_log_writers_import_without_pytorch_which_still_imports_after(tmp_pa
     (tmp_path / "torch" / "__init__.py").write_text("IMPORTED_FROM = __file__\n")
     code = ("import sys, transformer_jax.io.logs as logs\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n"
-            "writer = logs.SummaryWriter\n"
+            "writer = logs.summary\n"
             "import torch\n"
             "print(torch.IMPORTED_FROM)\n")
     ran = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,

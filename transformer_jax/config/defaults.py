@@ -105,6 +105,9 @@ def base_config() -> ml_collections.ConfigDict:
     # one (the paper's 10), instead of every checkpoint_every steps.
     t.checkpoint_every_minutes = 0.0
     t.keep_checkpoints = 5  # the base model averages the last 5
+    # A checkpoint or log write that has not returned after this many seconds (a stalled
+    # disk or file server) stops the run in one line (docs/faults.md).
+    t.write_timeout_s = 120.0
     # Checkpoints averaged for evaluation (the end of training, evaluate, translate); 0: all
     # that are kept. Separate from keep_checkpoints, which is about disk space and falling
     # back from a damaged checkpoint: a run may keep more than it averages (the demo).

@@ -98,6 +98,7 @@ FLOATS: dict[str, tuple[float, float, bool, bool]] = {
     "decode.position_scale": (0.0, math.inf, True, False),
     "train.peak_flops": (0.0, math.inf, False, False),
     "train.checkpoint_every_minutes": (0.0, math.inf, False, False),
+    "train.write_timeout_s": (0.0, math.inf, True, False),
     "data.token_cache_wait_s": (0.0, math.inf, False, False),
 }
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import glob
 import hashlib
 import json
@@ -203,16 +204,18 @@ def _write_records(path: str, ids: Ids, key: str, dtype: np.dtype, chunk_pairs: 
         raise OSError(f"cannot write {path}")
     writer.write(json.dumps({"key": key, "pairs": len(ids), "dtype": dtype.str,
                              "format": FORMAT, "split": ids.name}).encode())
-    for start in range(0, len(ids), chunk_pairs):
-        inputs, targets = ids.read_ids(range(start, min(start + chunk_pairs, len(ids))))
-        for record in encode_records(inputs, targets, dtype):
-            writer.write(record)
-    if not writer.ok():
-        raise OSError(f"writing {path} failed (is the disk full?)")
     try:
+        for start in range(0, len(ids), chunk_pairs):
+            inputs, targets = ids.read_ids(range(start, min(start + chunk_pairs, len(ids))))
+            for record in encode_records(inputs, targets, dtype):
+                writer.write(record)
+        if not writer.ok():
+            raise RuntimeError("the writer failed (is the disk full?)")
         writer.close()
-    except RuntimeError as e:  # array_record's error for a failed write
-        raise OSError(f"writing {path} failed ({e})") from None
+    except RuntimeError as e:  # array_record's error for a failed write: an OSError here
+        full = "No space left on device" in str(e)
+        raise OSError(errno.ENOSPC if full else errno.EIO,
+                      "no space left on device" if full else str(e).split(";")[0]) from None
 
 
 def write(path: storage.PathLike, ids: Ids, key: str, vocab_size: int,
@@ -339,7 +342,7 @@ def open_or_write(spec: CacheSpec, workdir: storage.PathLike, split: str,
             write(path, TokenizedPairs(source, tokenizer), key, tokenizer.vocab_size)
         finally:
             lock.release()
-    except OSError as e:
+    except OSError as e:  # its partial file is gone (write), nothing is left to be read
         logging.warning("%s: cannot write the token cache (%s); tokenizing on the fly", path,
                         e.strerror or e)
         return None

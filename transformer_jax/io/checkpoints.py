@@ -14,6 +14,10 @@ What a fault can and cannot do to them:
   temporary directory, which the manager does not list (and replaces when that step is
   saved again). Old checkpoints beyond ``keep`` are first renamed into ``deleting/`` and only
   then removed, so a kill during the removal cannot leave half a ``<step>`` directory either.
+* A save that fails (a full disk: DiskFull) is reported in one line naming the directory
+  and orbax's reason, its temporary directory removed; one that has not finished after
+  ``timeout_s`` (a stalled disk) raises WriteStalled (``stalls.within``). Either way the
+  checkpoints before it are untouched.
 * No checkpoint holds NaN or Inf: :meth:`Checkpoints.save` refuses such a state.
 * A checkpoint damaged on disk (a truncated or overwritten file, a missing item) fails to
   restore, or restores arrays that do not match their checksums; :meth:`restore_latest`
@@ -30,6 +34,7 @@ paper does before evaluating (the last 5 for the base model, 20 for the big one)
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import grain
@@ -37,8 +42,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from transformer_jax.errors import TrainingStopped, UserError
-from transformer_jax.io import late_reads, layout, quiet, storage
+from transformer_jax.errors import DiskFull, TrainingStopped, UserError, WriteStalled
+from transformer_jax.io import late_reads, layout, quiet, stalls, storage
 from transformer_jax.io.checkpoint_integrity import (
     CHECKSUMS,
     CorruptCheckpoint,
@@ -47,6 +52,7 @@ from transformer_jax.io.checkpoint_integrity import (
     shapes,
     verify,
 )
+from transformer_jax.io.orbax_messages import SaveErrors
 
 # The paper's windows end its runs: base averages steps 94,000-100,000 (5 checkpoints 1,500
 # steps apart), big 288,600-300,000 (20, 600 apart), both after 94% of training, when the
@@ -59,13 +65,20 @@ EARLY_FRACTION = 0.9
 ITEM_METADATA = "Metadata file does not exist"
 
 TRASH = "deleting"  # old checkpoints are renamed into this subdirectory, then removed
+UNFINISHED = ".orbax-checkpoint-tmp"  # orbax writes checkpoint <step> as <step><UNFINISHED>
 
 
 class Checkpoints:
     """The checkpoints of one workdir."""
 
-    def __init__(self, workdir: storage.PathLike, keep: int):
+    def __init__(self, workdir: storage.PathLike, keep: int, timeout_s: float = float("inf")):
         self.directory = storage.path(workdir) / layout.CHECKPOINTS
+        self.timeout_s = timeout_s  # for a save to finish (train.write_timeout_s)
+        self.interrupted: Callable[[], str | None] = lambda: None  # a stop signal's name
+        self._stalled = False
+        # orbax logs a failed save's traceback from its own thread: while a save is in
+        # flight, kept for the one line that reports it (_finish_writing).
+        self._save_errors = SaveErrors()
         self.manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
@@ -98,6 +111,7 @@ class Checkpoints:
                  "meta": ocp.args.JsonSave({**meta, CHECKSUMS: checksums})}
         if data_iterator is not None:
             items["data"] = grain.checkpoint.CheckpointSave(data_iterator)
+        logging.getLogger("absl").addFilter(self._save_errors)
         started = self.manager.save(step, args=ocp.args.Composite(**items), force=force)
         if started:
             self._writing = step
@@ -106,11 +120,33 @@ class Checkpoints:
     def _finish_writing(self) -> None:
         """Waits for the save in flight, checks that it became a checkpoint, and removes
         the checkpoints orbax retired."""
-        self.manager.wait_until_finished()
-        step, self._writing = self._writing, None
+        if self._stalled:
+            return
+        step = self._writing
+        error: BaseException | None = None
+        try:
+            stalls.within(self.timeout_s, f"the write of checkpoint {step} to {self.directory}",
+                          self.manager.wait_until_finished, self.interrupted)
+        except WriteStalled:
+            self._stalled = True
+            raise
+        except Exception as e:  # noqa: BLE001 -- whatever a failed write makes orbax raise
+            error = e
+        logging.getLogger("absl").removeFilter(self._save_errors)
+        self._writing = None
         if step is not None and not (self.directory / str(step)).is_dir():
-            raise UserError(f"checkpoint {step} could not be written to {self.directory} (the "
-                            "log above says why; is the disk full?)")
+            errors = [*self._save_errors.take(), *([error] if error else [])]
+            if jax.process_index() == 0:
+                for unfinished in self.directory.glob(f"{step}{UNFINISHED}*"):
+                    storage.rmtree(unfinished)
+            no_space = any(storage.full_disk(e, "") or "No space left on device" in str(e)
+                           for e in errors)
+            reason = ("No space left on device" if no_space else
+                      _first_line(errors[0]) if errors else "no reason given")
+            raise (DiskFull if no_space else UserError)(
+                f"checkpoint {step} could not be written to {self.directory}: {reason}; its "
+                "unfinished copy was removed")
+        self._save_errors.take()
         trash = self.directory / TRASH
         if jax.process_index() == 0 and trash.is_dir():
             for old in trash.iterdir():
@@ -309,7 +345,8 @@ class Checkpoints:
 
     def close(self) -> None:
         self._finish_writing()
-        self.manager.close()
+        if not self._stalled:  # closing waits for the writer threads
+            self.manager.close()
 
 
 def saved_shapes(checkpoint: storage.PathLike) -> dict[str, tuple[int, ...]] | None:

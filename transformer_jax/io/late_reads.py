@@ -19,7 +19,9 @@ import sys
 from typing import Any
 
 _CLOSED_LOOP = "Event loop is closed"
-_NEVER_RETRIEVED = ("Task exception was never retrieved", "Future exception was never retrieved")
+# The last also for a checkpoint write that failed (a full disk): its other writes' errors.
+_NEVER_RETRIEVED = ("Task exception was never retrieved", "Future exception was never retrieved",
+                    "_GatheringFuture exception was never retrieved")
 
 
 def _is_late_callback(unraisable: Any) -> bool:

@@ -40,6 +40,7 @@ into one line naming the path, before training starts.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import pathlib
 import stat
@@ -51,9 +52,10 @@ from typing import IO, Any
 import fsspec
 from etils import epath
 
-from transformer_jax.errors import UserError, shown
+from transformer_jax.errors import DiskFull, UserError, shown
 
 REMOTE_SCHEMES = ("gs://",)
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # a full disk, an exhausted quota
 REMOTE_FLUSH_S = 30.0  # how often a bucket log is rewritten (and always on close)
 
 Path = epath.Path
@@ -125,6 +127,8 @@ def write_atomically(p: PathLike, data: bytes | str) -> None:
     try:
         temporary.write_bytes(data)
         os.replace(temporary, target)
+    except OSError as e:
+        raise full_disk(e, target) or e from None
     finally:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
@@ -151,6 +155,15 @@ def write_csv(p: PathLike, fieldnames: Sequence[str], rows: Iterable[Mapping[str
     writer.writeheader()
     writer.writerows(rows)
     write_atomically(p, text.getvalue())
+
+
+def full_disk(e: BaseException, where: PathLike) -> DiskFull | None:
+    """DiskFull naming ``where`` when ``e`` is a write refused for want of space (or quota),
+    else None."""
+    if not isinstance(e, OSError) or e.errno not in NO_SPACE:
+        return None
+    return DiskFull(f"{where}: {e.strerror or 'no space left on device'}: the write was "
+                    "undone, nothing half-written is left there")
 
 
 def free_bytes(p: PathLike) -> int | None:
@@ -211,8 +224,11 @@ class LineLog:
     """A file that lines (or, with ``binary``, records) are appended to: ``metrics.jsonl``,
     ``train.log``, TensorBoard event files.
 
-    Locally it is a file opened to append; a text file's partial last line (a killed
-    writer's) is ended first so that it cannot swallow the next line. In a bucket the
+    Locally it is a file opened to append, unbuffered, each :meth:`write` written whole or
+    not at all: a write refused for want of space is cut off the file again (DiskFull names
+    it), so a full disk never leaves half a line or record. A text file's partial last line
+    (a writer killed mid-write) is ended first so that it cannot swallow the next line. In
+    a bucket the
     object's content is kept in memory and the whole object is rewritten by :meth:`flush`,
     at most every ``flush_s`` seconds unless ``force``, and by :meth:`close`.
     """
@@ -228,10 +244,11 @@ class LineLog:
             existing = self.path.read_bytes() if self.path.exists() else b""
             self._parts = [existing + self._line_end(existing[-1:])]
         else:  # only the last byte of a local file is read
-            self._file = open(self.path, "ab+")  # noqa: SIM115 -- closed by close()
-            if self._file.tell():
+            self._file = open(self.path, "ab+", buffering=0)  # noqa: SIM115 -- see close()
+            self._size = os.fstat(self._file.fileno()).st_size
+            if self._size:
                 self._file.seek(-1, os.SEEK_END)
-                self._file.write(self._line_end(self._file.read(1)))
+                self._append(self._line_end(self._file.read(1)))
 
     def _line_end(self, last_byte: bytes) -> bytes:
         """The newline that ends a text file's partial last line (``last_byte`` its last
@@ -241,14 +258,27 @@ class LineLog:
     def write(self, data: str | bytes) -> None:
         data = data.encode("utf-8") if isinstance(data, str) else data
         if self._file is not None:
-            self._file.write(data)
+            self._append(data)
         else:
             self._parts.append(data)
             self._dirty = True
 
+    def _append(self, data: bytes) -> None:
+        """Appends ``data`` to the local file whole (a write may take part of it), or, if the
+        file system refuses, cuts the file back to its size before and raises (DiskFull
+        when for want of space)."""
+        rest = memoryview(data)
+        try:
+            while rest:
+                rest = rest[self._file.write(rest):]
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._file.fileno(), self._size)
+            raise full_disk(e, self.path) or e from None
+        self._size += len(data)
+
     def flush(self, force: bool = False) -> None:
-        if self._file is not None:
-            self._file.flush()
+        if self._file is not None:  # written through at each write
             return
         if self._dirty and (force or time.monotonic() - self._written >= self.flush_s):
             self.path.write_bytes(b"".join(self._parts))

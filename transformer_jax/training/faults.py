@@ -11,6 +11,9 @@
   ``train.nonfinite`` is "stop" (the way every run that stops itself stops: stops.py).
 * :func:`check_workdir` -- an unwritable workdir, or one whose file system cannot hold the
   checkpoints the run will keep, is refused in one line before anything is trained.
+* :func:`storage_faults` -- a write that fails for want of space (DiskFull) or hangs
+  (WriteStalled) in the middle of a run stops it in one line naming the path and the last
+  complete checkpoint, which the same command resumes from once there is room.
 
 Checkpoint integrity (checksums, non-finite values, falling back from a corrupt checkpoint)
 lives in checkpoints.py.
@@ -18,13 +21,15 @@ lives in checkpoints.py.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from transformer_jax.errors import UserError
+from transformer_jax.errors import DiskFull, UserError, WriteStalled
 from transformer_jax.io import storage, workdirs
 from transformer_jax.io.storage import human_bytes
 from transformer_jax.training.stops import DIVERGED, Stop
@@ -160,3 +165,38 @@ def check_workdir(workdir: storage.PathLike, checkpoint_bytes: int, keep: int) -
             f"train.keep_checkpoints={keep}, plus the one being written) and a margin need "
             f"{human_bytes(needed)}; free some space, lower train.keep_checkpoints or choose "
             "another --workdir")
+
+
+# ----------------------------------------------------------------------------------------
+# Storage that fails in the middle of a run
+
+
+STORAGE_FAULTS = (DiskFull, WriteStalled)
+
+
+@contextlib.contextmanager
+def storage_faults(workdir: storage.PathLike) -> Iterator[None]:
+    """Adds to a DiskFull or WriteStalled raised within the step of the last complete
+    checkpoint in ``workdir`` and how to resume from it (same type, one line)."""
+    try:
+        yield
+    except STORAGE_FAULTS as e:
+        steps = workdirs.checkpoint_steps_on_disk(workdir)
+        last = (f"the last complete checkpoint is {steps[-1]}: run the same command again "
+                "to resume from it" if steps else "no checkpoint was written yet: run the "
+                "same command again to start afresh")
+        more = "once there is room" if isinstance(e, DiskFull) else "once the disk answers"
+        raise type(e)(f"{e}; {last} {more}") from None
+
+
+@contextlib.contextmanager
+def storage_faults_after(first: BaseException) -> Iterator[None]:
+    """After ``first``, a DiskFull or WriteStalled (the same disk refusing again while the
+    run closes) is logged in one line rather than raised: ``first`` is what stopped it."""
+    if not isinstance(first, STORAGE_FAULTS):
+        yield
+        return
+    try:
+        yield
+    except STORAGE_FAULTS as e:
+        logging.warning("while stopping: %s", e)

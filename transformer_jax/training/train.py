@@ -85,12 +85,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: storage.PathL
         if moved and workdirs.checkpoint_steps_on_disk(workdir):
             logging.warning("warning: %s changed since the last run: the steps to come follow "
                             "another learning-rate schedule than those before", ", ".join(moved))
-        run = Run(config, workdir, trial)
-        with faults.StopSignals(multiprocess=jax.process_count() > 1) as signals:
-            finished = run.train(signals)
-        if not finished:
-            return {"preempted_at_step": run.step}
-        return run.finish()
+        with faults.storage_faults(workdir):
+            run = Run(config, workdir, trial)
+            with faults.StopSignals(multiprocess=jax.process_count() > 1) as signals:
+                finished = run.train(signals)
+            if not finished:
+                return {"preempted_at_step": run.step}
+            return run.finish()
 
 
 class Run:
@@ -113,7 +114,8 @@ class Run:
         self.tokenizer, self.data, self.rows = data.tokenizer, data.train, data.rows
         self.row_len, self.eval_rows = data.shape.row_len, data.eval_rows
         self.eval_source, self.eval_ids = data.eval_source, data.eval_ids
-        self.writer = MetricWriter(workdir, enabled=self.is_chief)
+        self.writer = MetricWriter(workdir, enabled=self.is_chief,
+                                   timeout_s=config.train.write_timeout_s)
 
         # Model, state and the compiled steps; the state of the latest checkpoint.
         self.model_config = TransformerConfig.from_config(config.model,
@@ -121,7 +123,8 @@ class Run:
         init_key, self.dropout_key = jax.random.split(jax.random.key(config.train.seed))
         state = create_train_state(config, self.model_config, init_key)
         self.executor = make_executor(config, self.model_config, state)
-        self.ckpts = checkpoints.Checkpoints(workdir, config.train.keep_checkpoints)
+        self.ckpts = checkpoints.Checkpoints(workdir, config.train.keep_checkpoints,
+                                             timeout_s=config.train.write_timeout_s)
         state, meta = self._resume(state)
         self._log_model(state)
         # A step that cannot fit the device stops here, in one line, not at its first
@@ -179,6 +182,8 @@ class Run:
         """Trains to ``train.num_steps``; False if a stop signal ended it early (after a
         checkpoint)."""
         t = self.config.train
+        # A write that hangs is abandoned at once on a stop signal (stalls.within).
+        self.writer.interrupted = self.ckpts.interrupted = lambda: signals.received
         try:
             while self.step < self.total_steps:
                 self._train_step()
@@ -207,8 +212,11 @@ class Run:
                 stop = self._stop_due(figures if evaluating else None)
                 if stop is not None:
                     self._stop(stop, figures)
-        except Exception:
-            self.close()  # the checkpoint in flight is finished first
+        except Exception as e:
+            # The checkpoint in flight is finished first; after a failed write what it meets
+            # on the same disk is left out, the first failure is the one reported.
+            with faults.storage_faults_after(e):
+                self.close()
             raise
         self.ckpts.wait()
         return True

@@ -1,0 +1,58 @@
+"""Writes that may stall: a checkpoint or a log write given at most ``train.write_timeout_s``.
+
+A disk or file server that stops answering leaves a write blocked; the loop would wait for
+it forever, and a stop signal would never be acted on. :func:`within` runs the write in a
+thread of its own and waits for it in short slices: past the deadline, or as soon as a stop
+signal has come, it raises WriteStalled naming what hung. The blocked thread cannot be
+ended (a write in progress cannot be taken back), so the command ends the process at once
+after its one line (cli.clean_errors); the checkpoints already complete are untouched.
+
+A write blocked inside the kernel (a hard NFS mount) cannot be waited out by any of this:
+the process cannot end until it returns.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from transformer_jax.errors import WriteStalled
+
+POLL_S = 0.1  # how often a wait looks at the clock and for a stop signal
+
+
+def within(seconds: float, what: str, write: Callable[[], Any],
+           interrupted: Callable[[], str | None] = lambda: None) -> Any:
+    """``write()``'s result, or its exception; WriteStalled naming ``what`` when it has not
+    returned after ``seconds``, or when ``interrupted()`` names a stop signal that came
+    meanwhile (one that came before, whose checkpoint is being written, does not count)."""
+    outcome: dict[str, Any] = {}
+    earlier = interrupted()
+
+    def run() -> None:
+        try:
+            outcome["result"] = write()
+        except BaseException as e:  # noqa: BLE001 -- handed to the waiting thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=run, name=f"write {what}"[:60], daemon=True)
+    start = time.monotonic()
+    thread.start()
+    while True:
+        thread.join(POLL_S)
+        if not thread.is_alive():
+            break
+        waited = time.monotonic() - start
+        signal_name = interrupted()
+        if signal_name and not earlier:
+            raise WriteStalled(f"{signal_name} received while {what} had not returned for "
+                               f"{waited:.0f} s (a stalled disk or file server?): stopped "
+                               "without a new checkpoint")
+        if waited >= seconds:
+            raise WriteStalled(f"{what} did not return within train.write_timeout_s="
+                               f"{seconds:g} s (a stalled disk or file server?): stopped")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("result")
