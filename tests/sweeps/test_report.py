@@ -267,6 +267,10 @@ def test_verdicts_are_run_level_and_holm_adjusted_worked_by_hand(replicated_root
     assert float(bleu["Δ"]) > 10 and bleu["verdict"] == "**higher**" and "e-" in bleu["p Holm"]
     # The same translations on every seed: no spread between runs, only the test set's.
     assert bleu["sd"] == "0.00 / 0.00" and float(bleu["se test"]) > 0
+    # A_h16's perplexities average base's (Δ 0, "no difference to resolve"): still judged
+    # between runs only, so its test-set share is unknown, not 0.
+    assert v[("A_h16", "dev PPL")]["se test"] == "-"
+    assert v[("A_h16", "dev PPL")]["runs a side"] == "beyond reach"
     same = v[("A_h16", "test BLEU")]
     assert same["Δ"] == "+0.00" and same["p"] == "1.000" and same["verdict"] == "not resolved"
     # The intervals are at 1 - 0.05 / 6.

@@ -66,8 +66,7 @@ VARIANTS: dict[str, Variant] = {
     # (the paper's 10 minutes at its ~1.0 s a step). On EN-FR the paper uses P_drop 0.1.
     # At the demo scale big trains 750 steps (about four times base's CPU time; the paper's
     # 3x the steps would be 1,350, seven times) with the paper's EN-FR P_drop of 0.1: with 0.3
-    # it is still on a plateau at 450-750 steps, and at 600 steps (three times) its BLEU is
-    # not yet base's (experiments/results/big_factors_demo).
+    # it is still on a plateau at step 450 (experiments/results/big_factors_demo).
     "big": Variant({"model.d_model": 1024, "model.d_ff": 4096, "model.num_heads": 16,
                     "model.dropout_rate": 0.3, "train.num_steps": 300_000,
                     "train.keep_checkpoints": 20, "train.checkpoint_every": 600},

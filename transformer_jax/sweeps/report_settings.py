@@ -143,6 +143,13 @@ def comparisons(sets: Sequence[dict[str, Any]], baseline: dict[str, Any]
 RUN_LEVEL_ONLY = "between runs only: these runs kept no sentence statistics"
 
 
+def between_runs_only(c: significance.Comparison) -> bool:
+    """Whether ``c`` compared each run's figure alone (a side kept no sentence statistics),
+    so that the test set's share of its variance is unknown: its note may since say why
+    more runs would not resolve it."""
+    return c.sentences == 0
+
+
 def _without_stats(entry: dict[str, Any]) -> dict[str, Any]:
     return {**entry, "runs": [{**r, "sentence_stats": None} for r in entry["runs"]]}
 

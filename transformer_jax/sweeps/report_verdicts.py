@@ -11,7 +11,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from transformer_jax.evaluation import significance
-from transformer_jax.sweeps.report_settings import FIGURES, RUN_LEVEL_ONLY, family_size
+from transformer_jax.sweeps.report_settings import (
+    FIGURES,
+    RUN_LEVEL_ONLY,
+    between_runs_only,
+    family_size,
+)
 
 HIGHER, LOWER, UNRESOLVED = "higher", "lower", "not resolved"
 # The least difference in test BLEU worth having: an unresolved one is asked how many runs
@@ -104,7 +109,7 @@ def section(tests: Mapping[str, Mapping[str, significance.Comparison]], baseline
             elif not c.significant and c.note:
                 notes.append(f"{setting}, {headings[figure]}: {c.note}.")
             sd = f"{_n(c.sd_a, d)} / {_n(c.sd_b, d)}"
-            se_test = "-" if c.note == RUN_LEVEL_ONLY else _n(c.se_test, d)
+            se_test = "-" if between_runs_only(c) else _n(c.se_test, d)
             cells = [setting, headings[figure], runs, "paired" if c.paired else "unpaired",
                      f"{c.delta:+.{d}f}", f"[{c.low:+.{d}f}, {c.high:+.{d}f}]", sd,
                      _n(c.se_run, d), se_test, p_text(c.p), p_text(c.p_adjusted),
@@ -113,7 +118,7 @@ def section(tests: Mapping[str, Mapping[str, significance.Comparison]], baseline
                                                               "beyond reach")]
             lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    if any(c.note == RUN_LEVEL_ONLY for by in tests.values() for c in by.values()):
+    if any(between_runs_only(c) for by in tests.values() for c in by.values() if c.judged):
         lines += ["se test '-': " + RUN_LEVEL_ONLY + "; their interval has the spread "
                   "between runs alone.", ""]
     lines += notes + ([""] if notes else [])
