@@ -64,6 +64,9 @@ def write(folder: storage.PathLike, definition: dict[str, Any],
     for row in rows:
         target = _file(folder, row["point"])
         kept = _plain({k: v for k, v in row.items() if k not in NOT_KEPT})
+        # An attempt's command names the interpreter of the machine it ran on: not kept.
+        kept["attempts"] = [{k: v for k, v in a.items() if k != "command"}
+                            for a in kept.get("attempts") or [] if isinstance(a, dict)]
         arrays = dict(row.get("sentence_stats") or {})
         if target.is_file():
             try:
