@@ -128,14 +128,12 @@ def comparisons(sets: Sequence[dict[str, Any]], baseline: dict[str, Any]
             c = significance.compare(np.stack([x[:common] for x in a]),
                                      np.stack([x[:common] for x in b]),
                                      _score(figure, sentences), seeds_a, seeds_b)
-            if not sentences:
-                c = dataclasses.replace(c, sentences=0, note=c.note or RUN_LEVEL_ONLY)
+            if not sentences:  # marks it compared between runs only (between_runs_only)
+                c = dataclasses.replace(c, sentences=0)
             raw.append((entry["setting"], figure, c))
     adjusted = significance.adjust([c for _, _, c in raw])
     out: dict[str, dict[str, significance.Comparison]] = {}
-    for (setting, figure, before), c in zip(raw, adjusted, strict=True):
-        if before.note == RUN_LEVEL_ONLY and not c.note:
-            c = dataclasses.replace(c, note=RUN_LEVEL_ONLY)
+    for (setting, figure, _), c in zip(raw, adjusted, strict=True):
         out.setdefault(setting, {})[figure] = c
     return out
 
@@ -145,8 +143,7 @@ RUN_LEVEL_ONLY = "between runs only: these runs kept no sentence statistics"
 
 def between_runs_only(c: significance.Comparison) -> bool:
     """Whether ``c`` compared each run's figure alone (a side kept no sentence statistics),
-    so that the test set's share of its variance is unknown: its note may since say why
-    more runs would not resolve it."""
+    so that the test set's share of its variance is unknown."""
     return c.sentences == 0
 
 
