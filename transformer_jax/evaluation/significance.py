@@ -166,7 +166,7 @@ def compare(a: np.ndarray, b: np.ndarray, score: Score, seeds_a: Sequence[Any] |
     if total <= 0:  # identical runs, identical sentences: nothing varies
         p = 1.0 if base.delta == 0 else 0.0
         return dataclasses.replace(base, se_run=0.0, se_test=0.0, se=0.0, df=math.inf, p=p)
-    df = total ** 2 / (sum(v ** 2 / k for v, k in terms) + v_test ** 2 / max(sentences - 1, 1))
+    df = _satterthwaite(terms, v_test, sentences)
     se = math.sqrt(total)
     p = float(2 * _t().sf(abs(base.delta) / se, df))
     c = dataclasses.replace(base, se_run=math.sqrt(v_run), se_test=math.sqrt(v_test), se=se,
@@ -209,6 +209,13 @@ def adjust(comparisons: Sequence[Comparison], alpha: float = ALPHA) -> list[Comp
     return out
 
 
+def _satterthwaite(terms: Sequence[tuple[float, int]], v_test: float, sentences: int) -> float:
+    """Satterthwaite's degrees of freedom of the sum of the run terms (variance, df) and the
+    test set's share (S - 1 df), which is not 0."""
+    total = sum(v for v, _ in terms) + v_test
+    return total ** 2 / (sum(v ** 2 / k for v, k in terms) + v_test ** 2 / max(sentences - 1, 1))
+
+
 def _se_at(c: Comparison, n: int) -> tuple[float, float]:
     """(standard error, df) of Δ with n runs a side, the variance components as measured
     (the test set's share does not shrink with more runs on the same sentences)."""
@@ -219,9 +226,7 @@ def _se_at(c: Comparison, n: int) -> tuple[float, float]:
         terms = [((c.sd_a or 0.0) ** 2 / n, n - 1), ((c.sd_b or 0.0) ** 2 / n, n - 1)]
     v_test = (c.se_test or 0.0) ** 2
     total = sum(v for v, _ in terms) + v_test
-    df = total ** 2 / (sum(v ** 2 / k for v, k in terms if v) + v_test ** 2
-                       / max(c.sentences - 1, 1)) if total else math.inf
-    return math.sqrt(total), df
+    return math.sqrt(total), _satterthwaite(terms, v_test, c.sentences) if total else math.inf
 
 
 def runs_needed(c: Comparison, alpha: float = ALPHA, power: float = POWER,
