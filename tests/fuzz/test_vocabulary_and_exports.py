@@ -2,7 +2,8 @@
 vocabulary file of any bytes at any kind of path, a workdir's edited model exported, a
 MarianMT directory whose config.json says anything. Accepted, the vocabulary has the
 project's special pieces, the export is written whole, the imported workdir holds the model
-its config.json describes; refused, in one UserError naming the file or the field."""
+its config.json describes, with the weights of the run that was exported; refused, in one
+UserError naming the file or the field."""
 
 import json
 import os
@@ -10,6 +11,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import jax
+import numpy as np
 import pytest
 from hypothesis import example, given, strategies as st
 
@@ -105,6 +108,22 @@ SIZE_VALUES = st.one_of(st.sampled_from([0, -1, 1, 2, 3, 16, 32, 31, 2**31, 2**4
                         st.sampled_from(["32", 32.0, True, None, [32], {}]))
 
 
+def same_weights(imported, trained_workdir) -> str:
+    """Where the imported model's parameters differ from those of the run that was exported
+    (its last checkpoint, as the export took it), or "" where every array is the same: an
+    import that reads config.json right but maps, transposes or drops a weight fails here."""
+    ours = restore.load_workdir(trained_workdir, resume.workdir_config(trained_workdir), 1)
+    flat = dict(jax.tree_util.tree_flatten_with_path(ours.params)[0])
+    got = dict(jax.tree_util.tree_flatten_with_path(imported.params)[0])
+    if flat.keys() != got.keys():
+        return f"parameter names differ: {sorted(map(str, flat.keys() ^ got.keys()))[:4]}"
+    for key, value in flat.items():
+        if np.shape(value) != np.shape(got[key]) or not np.allclose(value, got[key],
+                                                                     rtol=0, atol=1e-6):
+            return f"{jax.tree_util.keystr(key)} differs from the exported run's"
+    return ""
+
+
 @examples(4)  # each writes a workdir and a checkpoint
 @given(st.data())
 @example({"encoder_attention_heads": 0, "decoder_attention_heads": 0})  # found: / 0
@@ -144,10 +163,11 @@ def test_any_marian_config_imports_its_model_or_one_line(marian, trained_workdir
         run = resume.workdir_config(out)
         loaded = restore.load_workdir(out, run, 1)
         m = loaded.model_config
+        differs = same_weights(loaded, trained_workdir)
         accepted((m.d_model, m.num_heads, m.num_layers, m.d_ff, m.vocab_size, m.max_len) == (
             edited["d_model"], edited["encoder_attention_heads"], edited["encoder_layers"],
-            edited["encoder_ffn_dim"], edited["vocab_size"], edited["max_position_embeddings"]),
-            f"imported {m} from {changes}")
+            edited["encoder_ffn_dim"], edited["vocab_size"], edited["max_position_embeddings"])
+            and not differs, f"imported {m} from {changes} {differs}")
 
 
 @examples(3)  # each restores a checkpoint
@@ -191,7 +211,8 @@ RUN_MODEL_EDITS = {"norm": ["pre", "post"], "positions": ["learned", "rotary", "
 @example("norm", "pre")  # found: imported, and computed as pre-LN on post-LN weights
 @example("positions", "rotary")  # found: imported, and computed without the weights' table
 @example("dropout_rate", 0.3)  # training's alone: imported as the config says
-def test_an_exported_runs_config_edited_imports_its_model_or_one_line(marian, field, data):
+def test_an_exported_runs_config_edited_imports_its_model_or_one_line(marian, trained_workdir,
+                                                                      field, data):
     """The exported run's own config (transformer_jax_config.json) edited: imported only
     when its model is the one MarianMT's config.json and weights describe."""
     value = data if isinstance(data, str | bool | int | float) else data.draw(
@@ -209,10 +230,13 @@ def test_an_exported_runs_config_edited_imports_its_model_or_one_line(marian, fi
         if not ok:
             assert not out.exists()
             return
-        m = restore.load_workdir(out, resume.workdir_config(out), 1).model_config
+        loaded = restore.load_workdir(out, resume.workdir_config(out), 1)
+        m = loaded.model_config
+        differs = same_weights(loaded, trained_workdir)
         marian_config = json.loads((source / hf.CONFIG).read_text())
         accepted((m.norm, m.positions, m.share_embeddings, m.kv_heads, m.d_k, m.max_len) == (
             "post", "sinusoidal", True, marian_config["encoder_attention_heads"],
             marian_config["d_model"] // marian_config["encoder_attention_heads"],
             marian_config["max_position_embeddings"])
-            and m.attention in kernels.having("exact"), f"imported {m} with {field}={value!r}")
+            and m.attention in kernels.having("exact") and not differs,
+            f"imported {m} with {field}={value!r} {differs}")
