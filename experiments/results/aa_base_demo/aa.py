@@ -3,12 +3,14 @@ the old method and by the run-level statistics, side by side.
 
     python -m experiments.results.aa_base_demo.aa     # writes aa.md beside this file
 
-The runs are heads_ablation_demo's base model (h = 8), seeds 0-5, read from that folder's
-records alone. Two splits of the seeds, each a comparison of a setting with itself, where
-any difference claimed is a false one, three runs a side (as Table 3's sweeps ran):
+The runs are heads_ablation_demo's base model (h = 8), seeds 0-7, read from that folder's
+records alone. Three splits of the seeds, each a comparison of a setting with itself, where
+any difference claimed is a false one: two of three runs a side (as Table 3's sweeps ran)
+and one of four:
 
 * seeds 0-2 against 3-5;
-* seeds 0, 2, 4 against 1, 3, 5.
+* seeds 0, 2, 4 against 1, 3, 5;
+* seeds 0-3 against 4-7.
 
 The old method (the comparison report before 2026-12-06): test BLEU by sacreBLEU's paired
 bootstrap over the sentences of every pair of runs pooled into one test set (1,000
@@ -31,7 +33,7 @@ from transformer_jax.sweeps.report_verdicts import p_text, verdict
 
 HERE = Path(__file__).resolve().parent
 RUNS = HERE.parent / "heads_ablation_demo"
-SPLITS = (((0, 1, 2), (3, 4, 5)), ((0, 2, 4), (1, 3, 5)))
+SPLITS = (((0, 1, 2), (3, 4, 5)), ((0, 2, 4), (1, 3, 5)), ((0, 1, 2, 3), (4, 5, 6, 7)))
 FIGURES = ((sentence_stats.PPL, "dev PPL", 3), (sentence_stats.BLEU, "test BLEU", 2),
            (sentence_stats.CHRF, "test chrF", 2))
 OLD_SAMPLES, OLD_SEED = 1000, 12345
