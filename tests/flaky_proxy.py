@@ -5,13 +5,13 @@ schedule, instead of forwarding them:
 * ``503``: 503 Service Unavailable, as Cloud Storage answers when it is overloaded;
 * ``429``: 429 Too Many Requests, its answer to a client over its rate;
 * ``reset``: the connection reset (RST) in place of the answer; the request never reaches
-  the bucket, so retrying it changes nothing twice. An upload (POST, PATCH) is reset before
-  any byte of a response; any other request after the response's status line and headers (a
-  200 announcing a body), in the middle of the response: aiohttp itself re-sends, unseen by
-  gcsfs, a request of a method it deems idempotent (GET, HEAD, PUT, DELETE...) whose
-  persistent connection closed before any response byte (RFC 9112's rule), and neither gcsfs
-  nor the test would count that retry. An upload reset in the middle of its response crashes
-  CPython 3.12.1 inside gcsfs (docs/faults.md, "A reset connection").
+  the bucket, so retrying it changes nothing twice. gcsfs's uploads (POST, PATCH) are reset
+  before any byte of a response; every other request after the response's status line and
+  headers (a 200 announcing a body), in the middle of the response. A reset before any
+  response byte on a reused connection is re-sent once by the HTTP library itself, unseen
+  by the client that counts retries: by aiohttp (gcsfs's) for a method it deems idempotent
+  (GET, HEAD, PUT, DELETE...), by curl (TensorStore's) for any. And a gcsfs upload reset in
+  the middle of its response crashes CPython 3.12.1 (docs/faults.md, "A reset connection").
 * ``delay``: the request forwarded after ``delay_s`` seconds (not a failure).
 
 Which requests: ``every``-th request (1, 2, ... counted as they arrive), or each with
@@ -39,7 +39,7 @@ import time
 from typing import Any
 
 FAILURES = ("503", "429", "reset")
-UPLOADS = ("POST", "PATCH")  # the methods aiohttp does not re-send by itself
+UPLOADS = ("POST", "PATCH")  # the methods aiohttp does not re-send itself
 KINDS = (*FAILURES, "delay")
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
                "proxy-connection", "content-length"}
@@ -159,7 +159,7 @@ class Proxy:
             handler.wfile.write(text)
             return
         if kind == "reset":
-            if handler.command not in UPLOADS:
+            if client != "gcsfs" or handler.command not in UPLOADS:
                 handler.send_response(200)
                 handler.send_header("Content-Type", "application/json")
                 handler.send_header("Content-Length", "1000")
