@@ -43,7 +43,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from transformer_jax.errors import DiskFull, TrainingStopped, UserError, WriteStalled
-from transformer_jax.io import late_reads, layout, quiet, stalls, storage
+from transformer_jax.io import bucket_retries, late_reads, layout, quiet, stalls, storage
 from transformer_jax.io.checkpoint_integrity import (
     CHECKSUMS,
     CorruptCheckpoint,
@@ -66,6 +66,8 @@ ITEM_METADATA = "Metadata file does not exist"
 
 TRASH = "deleting"  # old checkpoints are renamed into this subdirectory, then removed
 UNFINISHED = ".orbax-checkpoint-tmp"  # orbax writes checkpoint <step> as <step><UNFINISHED>
+
+bucket_retries.configure_tensorstore()  # a bucket's failed requests retried as gcsfs does
 
 
 class Checkpoints:

@@ -156,14 +156,16 @@ class Hold:
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
-            held = read_hold(self.path.parent)
-            if held is not None and not self._is_mine(held):
-                # Taken over while this run's heartbeat was late: the other run now owns
-                # the file, and it is not rewritten. (A removed file is written again.)
-                logging.warning("%s is now held by %s; this run no longer refreshes it",
-                                self.path.parent, describe_hold(held))
-                return
             try:
+                held = read_hold(self.path.parent)
+                if held is not None and not self._is_mine(held):
+                    # Taken over while this run's heartbeat was late: the other run now owns
+                    # the file, and it is not rewritten. (A removed file is written again.)
+                    logging.warning("%s is now held by %s; this run no longer refreshes it",
+                                    self.path.parent, describe_hold(held))
+                    return
                 self._write()
-            except OSError as e:  # a full or unreachable disk: retried at the next beat
-                logging.warning("could not refresh %s: %s", self.path, e)
+            # A full or unreachable disk, a bucket failing beyond its client's retries (which
+            # raises the client's own errors): retried at the next beat.
+            except Exception as e:  # noqa: BLE001
+                logging.warning("could not refresh %s: %s", self.path, " ".join(str(e).split()))

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from transformer_jax.io import layout, metric_keys, stalls, storage
+from transformer_jax.io import bucket_retries, layout, metric_keys, stalls, storage
 
 
 def _import_tensorboardx() -> tuple[Any, Any, Any]:
@@ -169,6 +169,7 @@ class MetricWriter:
         if self.enabled:
             self._within(f"the flush of {self._jsonl.path}", lambda: (
                 self._tb.flush(force=True), self._jsonl.flush(force=True)))
+            bucket_retries.report()  # at every checkpoint: the bucket's retried requests
 
     def close(self) -> None:
         if self.enabled and not self._stalled:

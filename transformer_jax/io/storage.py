@@ -46,13 +46,14 @@ import pathlib
 import stat
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
 
 import fsspec
 from etils import epath
 
 from transformer_jax.errors import DiskFull, UserError, shown
+from transformer_jax.io import bucket_retries
 
 REMOTE_SCHEMES = ("gs://",)
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # a full disk, an exhausted quota
@@ -65,6 +66,9 @@ PathLike = str | os.PathLike
 # (through TensorStore) or another process wrote would stay invisible. A user's own setting
 # (the FSSPEC_GCS environment variable) wins.
 fsspec.config.conf.setdefault("gcs", {}).setdefault("use_listings_cache", False)
+# A request that fails for a while is retried by the client; each retry is counted and
+# reported (bucket_retries.py).
+bucket_retries.watch()
 
 
 def is_remote(p: PathLike) -> bool:
@@ -310,15 +314,14 @@ def check(p: PathLike, what: str = "workdir") -> epath.Path:
 
     Raises UserError in one line naming the path and the problem: a bucket that does not
     exist, missing credentials, no permission, a local directory that cannot be made. The
-    storage client's own retries and log lines are kept out of the way.
+    storage client's own log lines are kept out of the way (bucket_retries.RetryCounter).
     """
     target = path(p)
     probe = target / f".write_test.{uuid.uuid4().hex[:8]}"
     try:
-        with _quiet_clients():
-            target.mkdir(parents=True, exist_ok=True)
-            probe.write_text("ok")
-            probe.unlink()
+        target.mkdir(parents=True, exist_ok=True)
+        probe.write_text("ok")
+        probe.unlink()
     except Exception as e:  # noqa: BLE001 -- every storage library raises its own errors
         raise UserError(f"{what} {shown(os.fspath(target))} is not writable: "
                         f"{describe_error(e, target)}") from e
@@ -336,20 +339,6 @@ def check_file(p: PathLike, what: str) -> epath.Path:
     if not is_remote(target) and not target.parent.is_dir():
         raise UserError(f"{what}={shown(os.fspath(p))}: no directory {target.parent}")
     return target
-
-
-@contextlib.contextmanager
-def _quiet_clients() -> Iterator[None]:
-    """While entered, gcsfs logs nothing below CRITICAL (it logs each failed attempt)."""
-    import logging
-
-    logger = logging.getLogger("gcsfs")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
 
 
 def describe_error(e: BaseException, where: PathLike | None = None) -> str:

@@ -26,6 +26,7 @@ from transformer_jax.config import resume
 from transformer_jax.data import batching, pipeline, tokenizer as tokenizer_lib
 from transformer_jax.evaluation.perplexity import loss_over_batches
 from transformer_jax.io import (
+    bucket_retries,
     checkpoints,
     holds,
     layout,
@@ -76,7 +77,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: storage.PathL
     # The study and trial are checked before anything is written.
     trial = (stops.TrialWatch(config.search, last_step=config.train.num_steps)
              if config.search.storage and is_chief else None)
-    with holds.Hold(workdir, enabled=is_chief):
+    with (bucket_retries.stop_when_failing(workdir, storage.is_remote(workdir)),
+          holds.Hold(workdir, enabled=is_chief)):
         resuming = (bool(workdirs.checkpoint_steps_on_disk(workdir))
                     or tokenizer_lib.vocab_path(workdir).exists())
         changes = resume.remember_config(workdir, json.loads(config.to_json_best_effort()),
