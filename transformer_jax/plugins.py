@@ -135,17 +135,24 @@ class Registry[E]:
         found = sorted({*module_names(path, self.variable), *self.aliases})
         return tuple(sorted(found, key=lambda name: name != self.first))
 
-    def label(self, name: str) -> str:
-        """How the user asked for ``name``: ``--search=x`` or ``model.attention='x'``."""
-        return (f"{self.field}={shown(name)}" if self.field.startswith("--")
-                else f"{self.field}={name!r}")
+    def label(self, name: object, field: str = "") -> str:
+        """How the user asked for ``name``: ``--search=x`` or ``model.attention='x'``
+        (``field``: another field or flag naming an entry of the kind)."""
+        field = field or self.field
+        return (f"{field}={shown(str(name))}" if field.startswith("--")
+                else f"{field}={name!r}")
+
+    def check(self, name: object, field: str = "") -> None:
+        """ConfigError in one line naming the field (``field``, by default the kind's) and
+        the known names when ``name`` is none of them; nothing is imported."""
+        known = self.names()
+        if not isinstance(name, str) or name not in known:
+            raise ConfigError(f"{self.label(name, field)} is not one of {', '.join(known)}")
 
     def entry(self, name: str) -> Entry:
         """The entry ``name``, its module imported and checked; ConfigError in one line for
         an unknown name or a module that does not define what the kind needs."""
-        known = self.names()
-        if name not in known:
-            raise ConfigError(f"{self.label(name)} is not one of {', '.join(known)}")
+        self.check(name)
         alias = self.aliases.get(name, Alias(name))
         try:
             module = importlib.import_module(f"{self.package}.{alias.of}")
