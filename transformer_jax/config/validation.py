@@ -9,7 +9,6 @@ from collections.abc import Collection
 import ml_collections
 
 from transformer_jax.config import datasets
-from transformer_jax.config.datasets import DATASETS
 from transformer_jax.config.fields import derived_dims, get_field
 from transformer_jax.config.scales import SCALES
 from transformer_jax.decoding import strategies
@@ -19,23 +18,22 @@ from transformer_jax.model import kernels, positions
 from transformer_jax.model.spec import DROPOUT_IMPLEMENTATIONS
 from transformer_jax.plugins import Registry
 
-# Fields naming an entry of a registry: its names are the field's choices, and its refusal
-# (one line naming the field and the names) is the field's.
+# Fields naming an entry of a registry: its names, as they are when a config is checked (a
+# dataset registered since counts), are the field's choices, and its refusal (one line naming
+# the field and the names) is the field's.
 REGISTRIES: dict[str, Registry] = {
     "model.positions": positions.REGISTRY,
     "model.attention": kernels.REGISTRY,
+    "data.name": datasets.REGISTRY,
+    "data.defaults_for": datasets.REGISTRY,
     "decode.strategy": strategies.REGISTRY,
 }
-# Fields holding one of a set of strings: the registries' names, then plain enumerations. The
-# datasets' are the registry's names, read as they are when a config is checked (a dataset
-# registered since counts).
+# Fields holding one of a set of strings: the registries' names, then plain enumerations.
 CHOICES: dict[str, Collection[str]] = {
-    **{path: registry.names() for path, registry in REGISTRIES.items()},
+    **REGISTRIES,
     "model.norm": ("post", "pre"),
     "model.dtype": ("float32", "bfloat16"),
     "model.dropout_impl": DROPOUT_IMPLEMENTATIONS,
-    "data.name": DATASETS.keys(),
-    "data.defaults_for": DATASETS.keys(),
     "train.parallel": ("pmap", "sharded"),
     "train.nonfinite": ("skip", "stop"),
     "search.objective": metric_keys.OBJECTIVES,
@@ -262,7 +260,7 @@ def _check_text_files(c: ml_collections.ConfigDict, dataset: datasets.Dataset) -
 
 def _check_choice(path: str, value: object) -> None:
     if path in REGISTRIES:
-        REGISTRIES[path].check(value)
+        REGISTRIES[path].check(value, path)
     elif not isinstance(value, str) or value not in CHOICES[path]:
         raise ConfigError(f"{path}={value!r} is not one of {', '.join(CHOICES[path])}")
 
