@@ -5,8 +5,10 @@ read as ``tfds``."""
 from __future__ import annotations
 
 from transformer_jax.config import datasets
-from transformer_jax.data.source_kinds import tfds
+from transformer_jax.data.source_kinds import Traits, tfds
 from transformer_jax.data.sources import PairSource, SourceSpec, data_dir_of, prepare_generated
+
+TRAITS = Traits(prepared=False)
 
 
 def read(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> PairSource:

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from transformer_jax.config import datasets
 from transformer_jax.data import sources
+from transformer_jax.data.source_kinds import Traits
 from transformer_jax.data.text import TextPairs
+
+TRAITS = Traits(prepared=False)
 
 
 def read(dataset: datasets.Dataset, spec: sources.SourceSpec, split: str) -> TextPairs:

@@ -8,6 +8,7 @@ import os
 import tensorflow_datasets as tfds
 
 from transformer_jax.config import datasets
+from transformer_jax.data.source_kinds import Traits
 from transformer_jax.data.sources import (
     PairSource,
     RangeReads,
@@ -15,6 +16,8 @@ from transformer_jax.data.sources import (
     data_dir_of,
     unfinished_preparations,
 )
+
+TRAITS = Traits(prepared=True)
 
 
 def read(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> PairSource:
