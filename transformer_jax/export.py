@@ -17,6 +17,9 @@ from typing import Any
 
 from transformer_jax import cli
 
+# The flags that are options of some targets' export (exports.Traits.options).
+OPTIONS = ("quantization",)
+
 
 def main(argv: list[str], flags_: dict[str, Any]) -> None:
     with cli.clean_errors():
@@ -41,11 +44,15 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
             return
         if not flags_["workdir"].value:
             raise UserError("--workdir: the trained run to export")
+        target = exports.get(name)
         options = {}
-        if flags_["quantization"].value:
-            if name != "ctranslate2":
-                raise UserError(f"--quantization is for the ctranslate2 target, not {name}")
-            options["quantization"] = flags_["quantization"].value
+        for option in OPTIONS:
+            if flags_[option].value is None:
+                continue
+            if option not in target.traits.options:
+                takers = [n for n in exports.names() if option in exports.get(n).traits.options]
+                raise UserError(f"--{option} is for the {', '.join(takers)} target, not {name}")
+            options[option] = flags_[option].value
         exports.export(name, flags_["workdir"].value, out, flags_["average"].value, **options)
 
 

@@ -12,7 +12,7 @@ import importlib
 import os
 import pkgutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType, ModuleType
 from typing import Any
 
@@ -105,8 +105,9 @@ def _listed(items: Sequence[object]) -> str:
 class Registry[E]:
     """The entries of one kind: the modules of the package ``package`` (named by ``__name__``
     in its ``__init__``) whose names do not start with "_", those of the directories the
-    environment variable ``variable`` names (added to the package's path here), and the
-    ``aliases``, each found by name.
+    environment variable ``variable`` names (added to the package's path here), the
+    ``aliases``, and the modules given to :meth:`add` in this process, each found by name.
+    As a collection it is its names, as they are when asked (a config field's choices).
 
     * ``field``: what the user names an entry with, a config field (``"model.attention"``)
       or a flag (``"--search"``); an unknown name is refused in one line naming it and the
@@ -119,36 +120,66 @@ class Registry[E]:
       alphabetically.
     * ``make``: what :meth:`get` hands out, from the :class:`Entry` (the entry itself by
       default: a kind may hand out its module, or the object its module defines).
+    * ``not_entries``: modules of the package that its entries share, not entries.
     """
 
     def __init__(self, package: str, variable: str, field: str, *, needs: Sequence[Need] = (),
                  traits: str = "", first: str = "", aliases: Mapping[str, Alias] = _NONE,
-                 make: Callable[[Entry], E] = lambda entry: entry) -> None:
+                 make: Callable[[Entry], E] = lambda entry: entry,
+                 not_entries: Sequence[str] = ()) -> None:
         self.package, self.variable, self.field = package, variable, field
         self.needs, self.traits, self.first = tuple(needs), traits, first
-        self.aliases, self.make = aliases, make
+        self.aliases, self.make, self.not_entries = aliases, make, frozenset(not_entries)
+        self.added: dict[str, ModuleType] = {}
         sys.modules[package].__path__ += directories(variable)
 
     def names(self) -> tuple[str, ...]:
         """Every entry's name: ``first``, then the others alphabetically."""
         path = tuple(sys.modules[self.package].__path__)
-        found = sorted({*module_names(path, self.variable), *self.aliases})
+        found = sorted({*module_names(path, self.variable), *self.aliases, *self.added}
+                       - self.not_entries)
         return tuple(sorted(found, key=lambda name: name != self.first))
 
-    def label(self, name: str) -> str:
-        """How the user asked for ``name``: ``--search=x`` or ``model.attention='x'``."""
-        return (f"{self.field}={shown(name)}" if self.field.startswith("--")
-                else f"{self.field}={name!r}")
+    def __contains__(self, name: object) -> bool:
+        return name in self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+    def add(self, name: str, module: ModuleType) -> None:
+        """Makes ``module`` (made in this process, not a file) the entry ``name`` from now
+        on, checked as a file's when it is asked for; :meth:`remove` forgets it."""
+        self.added[name] = module
+
+    def remove(self, name: str) -> None:
+        """Forgets the entry ``name`` given to :meth:`add`."""
+        del self.added[name]
+
+    def label(self, name: object, field: str = "") -> str:
+        """How the user asked for ``name``: ``--search=x`` or ``model.attention='x'``
+        (``field``: another field or flag naming an entry of the kind)."""
+        field = field or self.field
+        return (f"{field}={shown(str(name))}" if field.startswith("--")
+                else f"{field}={name!r}")
+
+    def check(self, name: object, field: str = "") -> None:
+        """ConfigError in one line naming the field (``field``, by default the kind's) and
+        the known names when ``name`` is none of them; nothing is imported."""
+        known = self.names()
+        if not isinstance(name, str) or name not in known:
+            raise ConfigError(f"{self.label(name, field)} is not one of {', '.join(known)}")
 
     def entry(self, name: str) -> Entry:
         """The entry ``name``, its module imported and checked; ConfigError in one line for
         an unknown name or a module that does not define what the kind needs."""
-        known = self.names()
-        if name not in known:
-            raise ConfigError(f"{self.label(name)} is not one of {', '.join(known)}")
+        self.check(name)
         alias = self.aliases.get(name, Alias(name))
         try:
-            module = importlib.import_module(f"{self.package}.{alias.of}")
+            module = self.added.get(alias.of) or importlib.import_module(
+                f"{self.package}.{alias.of}")
         except Exception as e:  # an entry file of the user's that does not import
             where = getattr(e, "filename", None) or alias.of
             why = shown(str(e).splitlines()[0] if str(e) else "")
@@ -157,7 +188,8 @@ class Registry[E]:
         traits = getattr(module, self.traits, None) if self.traits else None
         needed = [n for n in self.needs if not n.trait or getattr(traits, n.trait, False)]
         if not all(need.met_by(module) for need in needed):
-            raise ConfigError(f"{self.label(name)}: {module.__file__} must define "
+            where = getattr(module, "__file__", None) or f"the module of {name}"
+            raise ConfigError(f"{self.label(name)}: {where} must define "
                               f"{_listed(needed)}")
         if alias.traits:
             traits = dataclasses.replace(traits, **alias.traits)

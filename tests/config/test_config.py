@@ -125,8 +125,8 @@ def test_command_line_errors_are_one_line(args, message):
 def test_attention_kernels_are_switches_on_the_base_model():
     m = config_lib.build("base").model
     assert (m.attention, m.num_kv_heads) == ("dense", 0)  # the paper's
-    assert config_lib.CHOICES["model.attention"] == ("dense", "blockwise", "cudnn", "linear",
-                                                     "local", "local_global", "performer")
+    assert tuple(config_lib.CHOICES["model.attention"]) == (
+        "dense", "blockwise", "cudnn", "linear", "local", "local_global", "performer")
     for kernel in config_lib.CHOICES["model.attention"]:
         c = config_lib.build("base")
         c.model.update(attention=kernel, num_kv_heads=2, block_size=128, local_window=32)

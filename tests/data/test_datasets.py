@@ -14,7 +14,7 @@ import tensorflow_datasets as tfds
 
 from transformer_jax import config as config_lib
 from transformer_jax.config import datasets
-from transformer_jax.data import sources
+from transformer_jax.data import source_kinds, sources
 from transformer_jax.data.tokenizer import Tokenizer, vocab_path
 from transformer_jax.errors import ConfigError
 from transformer_jax.io import layout, workdirs
@@ -113,7 +113,7 @@ def test_a_new_tfds_dataset_is_one_module_and_trains_from_the_command_line(tmp_p
             assert len(source) == size
             assert sorted(source.read(range(size))) == sorted(toy_pairs(split))
     finally:
-        del datasets.DATASETS["toy"]
+        datasets.REGISTRY.remove("toy")
 
 
 def test_a_dataset_registered_in_process_is_known_everywhere(tmp_path):
@@ -136,7 +136,7 @@ def test_a_dataset_registered_in_process_is_known_everywhere(tmp_path):
         back = config_lib.apply_overrides(switched, {"data.name": "wmt14_ende"})
         assert (back.data.target_lang, back.data.eval_files) == ("de", "")
     finally:
-        del datasets.DATASETS["mine"]
+        datasets.REGISTRY.remove("mine")
     assert "mine" not in config_lib.CHOICES["data.name"]
 
 
@@ -162,7 +162,7 @@ def test_a_source_kind_without_a_reader_is_refused_naming_the_kinds():
                                               "reader; the kinds are tfds, generated, text"):
             sources.get_source(c.data, "train")
     finally:
-        del datasets.DATASETS["odd"]
+        datasets.REGISTRY.remove("odd")
 
 
 def test_a_dataset_module_without_its_entry_is_named(tmp_path, monkeypatch):
@@ -171,8 +171,10 @@ def test_a_dataset_module_without_its_entry_is_named(tmp_path, monkeypatch):
     (extra / "empty_one.py").write_text("NAME = 'no Dataset here'\n")
     monkeypatch.setattr(datasets, "__path__", [*datasets.__path__, str(extra)])
     monkeypatch.delitem(sys.modules, f"{datasets.__name__}.empty_one", raising=False)
-    with pytest.raises(ConfigError, match=r"empty_one.py: no DATASET = Dataset\(...\) in it"):
-        datasets._load("empty_one")
+    with pytest.raises(ConfigError, match=r"^data.name='empty_one': .*empty_one.py must define "
+                                          r"DATASET = Dataset\(...\)$"):
+        datasets.get("empty_one")
+    monkeypatch.undo()
     assert "empty_one" not in datasets.DATASETS
     with pytest.raises(ConfigError, match="lack test"):
         datasets.Dataset(splits={"train": "train", "validation": "validation"})
@@ -182,7 +184,7 @@ def test_every_dataset_is_read_by_a_reader_and_named_where_tables_name_datasets(
     assert list(datasets.DATASETS) == ["builtin", "builtin_long", "text", "wmt14_ende",
                                        "wmt14_enfr"]
     for name, dataset in datasets.DATASETS.items():
-        assert dataset.source in sources.READERS, name
+        assert dataset.source in source_kinds.names(), name
         assert tuple(dataset.splits) == datasets.SPLITS, name
         assert bool(dataset.tfds_name) == (dataset.source != "text"), name
     # The built-in corpus's entry names the builder that generates it.

@@ -85,3 +85,17 @@ def test_workdir_and_output_refusals(trained_workdir, tmp_path):
                 f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
     _refused(tmp_path, damaged, out, "checkpoint")
     assert not out.exists()
+
+
+def test_an_unknown_target_and_another_targets_flag_are_one_line(tmp_path):
+    # Refused before the workdir is read: it need not exist.
+    args = [f"--workdir={tmp_path / 'run'}", f"--out={tmp_path / 'out'}"]
+    ran = run_command("export", "onnx", *args)
+    assert ran.returncode == 2
+    assert ran.stderr.strip().splitlines() == [
+        "error: export target='onnx' is not one of ctranslate2, hf"]
+    ran = run_command("export", "hf", *args, "--quantization=int8")
+    assert ran.returncode == 2
+    assert ran.stderr.strip().splitlines() == [
+        "error: --quantization is for the ctranslate2 target, not hf"]
+    assert not (tmp_path / "out").exists()

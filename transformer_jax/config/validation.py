@@ -9,27 +9,34 @@ from collections.abc import Collection
 import ml_collections
 
 from transformer_jax.config import datasets
-from transformer_jax.config.datasets import DATASETS
 from transformer_jax.config.fields import derived_dims, get_field
 from transformer_jax.config.scales import SCALES
+from transformer_jax.decoding import strategies
 from transformer_jax.errors import ConfigError
 from transformer_jax.io import metric_keys
 from transformer_jax.model import kernels, positions
+from transformer_jax.model.spec import DROPOUT_IMPLEMENTATIONS
+from transformer_jax.plugins import Registry
 
-# Fields holding one of a set of strings. The datasets' are the registry's names, read as
-# they are when a config is checked (a dataset registered since counts).
+# Fields naming an entry of a registry: its names, as they are when a config is checked (a
+# dataset registered since counts), are the field's choices, and its refusal (one line naming
+# the field and the names) is the field's.
+REGISTRIES: dict[str, Registry] = {
+    "model.positions": positions.REGISTRY,
+    "model.attention": kernels.REGISTRY,
+    "data.name": datasets.REGISTRY,
+    "data.defaults_for": datasets.REGISTRY,
+    "decode.strategy": strategies.REGISTRY,
+}
+# Fields holding one of a set of strings: the registries' names, then plain enumerations.
 CHOICES: dict[str, Collection[str]] = {
-    "model.positions": positions.names(),
+    **REGISTRIES,
     "model.norm": ("post", "pre"),
-    "model.attention": kernels.names(),
     "model.dtype": ("float32", "bfloat16"),
-    "model.dropout_impl": ("hash", "jax"),
-    "data.name": DATASETS.keys(),
-    "data.defaults_for": DATASETS.keys(),
+    "model.dropout_impl": DROPOUT_IMPLEMENTATIONS,
     "train.parallel": ("pmap", "sharded"),
     "train.nonfinite": ("skip", "stop"),
     "search.objective": metric_keys.OBJECTIVES,
-    "decode.strategy": ("greedy", "beam", "sample"),
     "scale": tuple(SCALES),
 }
 
@@ -187,8 +194,8 @@ def check_value(path: str, value: object) -> None:
         _check_float(c, "v", *FLOATS[path], name=path)
     elif path in BOOLS and not isinstance(value, bool):
         raise ConfigError(f"{path}={value!r} must be True or False")
-    elif path in CHOICES and (not isinstance(value, str) or value not in CHOICES[path]):
-        raise ConfigError(f"{path}={value!r} is not one of {', '.join(CHOICES[path])}")
+    elif path in CHOICES:
+        _check_choice(path, value)
     elif path in STRINGS:
         _check_string(path, value)
 
@@ -208,10 +215,8 @@ def _check_fields(c: ml_collections.ConfigDict) -> None:
         _check_int(c, path, low)
     for path, (low, high, low_open, high_open) in FLOATS.items():
         _check_float(c, path, low, high, low_open, high_open)
-    for path, choices in CHOICES.items():
-        value = get_field(c, path)
-        if not isinstance(value, str) or value not in choices:
-            raise ConfigError(f"{path}={value!r} is not one of {', '.join(choices)}")
+    for path in CHOICES:
+        _check_choice(path, get_field(c, path))
     sentences = c.train.visualize_sentences
     if not isinstance(sentences, tuple | list) or not all(
             isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in sentences):
@@ -251,6 +256,13 @@ def _check_text_files(c: ml_collections.ConfigDict, dataset: datasets.Dataset) -
         if len(parts) > 2 or not all(p.strip() for p in parts):
             raise ConfigError(f"{path}={value!r} must be 'source.txt,target.txt' "
                               "or 'pairs.tsv'")
+
+
+def _check_choice(path: str, value: object) -> None:
+    if path in REGISTRIES:
+        REGISTRIES[path].check(value, path)
+    elif not isinstance(value, str) or value not in CHOICES[path]:
+        raise ConfigError(f"{path}={value!r} is not one of {', '.join(CHOICES[path])}")
 
 
 def _check_string(path: str, value: object) -> None:

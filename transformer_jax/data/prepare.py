@@ -29,7 +29,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.core.download import download_manager
 
 from transformer_jax.config import datasets
-from transformer_jax.data import sources
+from transformer_jax.data import source_kinds, sources
 from transformer_jax.errors import ConfigError, DataError
 
 # What a failed download raises, after TFDS's own retries: requests' errors and TFDS's.
@@ -44,11 +44,12 @@ def command(name: str, data_dir: str | None) -> str:
 
 
 def tfds_dataset(name: str) -> datasets.Dataset:
-    """The registry's dataset ``name``, if TFDS prepares it (``source="tfds"``), with its
-    TFDS builder registered."""
+    """The registry's dataset ``name``, if it is prepared beforehand (its source kind's
+    ``prepared`` trait: ``source="tfds"``), with its TFDS builder registered."""
     dataset = datasets.get(name, field="dataset")
-    if dataset.source != "tfds":
-        tfds_ones = [n for n, d in datasets.DATASETS.items() if d.source == "tfds"]
+    prepared = source_kinds.having("prepared")
+    if dataset.source not in prepared:
+        tfds_ones = [n for n, d in datasets.DATASETS.items() if d.source in prepared]
         raise ConfigError(f"dataset {name!r} has source {dataset.source!r}, which needs no "
                           f"preparing; the TFDS datasets are {', '.join(tfds_ones)}")
     if dataset.tfds_module:

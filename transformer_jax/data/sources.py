@@ -7,7 +7,8 @@ and which are tokenized (``tokens.py``, ``token_cache.py``).
 Every source is a sequence of ``(source_text, target_text)`` pairs with ``len`` and integer
 indexing, which is what grain needs for deterministic, resumable shuffling. The datasets are
 data, in ``transformer_jax/config/datasets/`` (one module a dataset); each names the kind of
-its source, read here by the reader of that kind (``READERS``):
+its source, read by the reader of that kind (``source_kinds/``, a registry; what the kinds
+share is here):
 
 * ``tfds``: a TFDS dataset prepared as array_record, read by random access. The paper's
   ``wmt14_ende`` / ``wmt14_enfr`` are TFDS ``wmt14_translate/de-en`` and ``/fr-en``
@@ -30,21 +31,20 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import io
 import logging
 import os
 import pathlib
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
 from transformer_jax.config import datasets
-from transformer_jax.data import corpus, long_corpus, text
+from transformer_jax.data import corpus, long_corpus, source_kinds, text
 from transformer_jax.errors import ConfigError, DataError
 from transformer_jax.io import locks, quiet, storage
 
@@ -274,7 +274,7 @@ def _prepare_in(tfds_name: str, local_dir: str) -> None:
 _TEXT_CACHE: dict[tuple, text.TextPairs] = {}
 
 
-def _cached_text(spec: str, field: str) -> text.TextPairs:
+def cached_text(spec: str, field: str) -> text.TextPairs:
     """``text.load_pairs``, read again only when a file changes (size or modification time)."""
     paths = text.split_spec(spec, field)
     key = (spec, field, *((s.length, s.mtime) for s in (p.stat() for p in paths)))
@@ -286,40 +286,6 @@ def _cached_text(spec: str, field: str) -> text.TextPairs:
 
 
 Source = PairSource | text.TextPairs
-
-
-def read_text(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> text.TextPairs:
-    """A split of text files: those named by the config field of the dataset's split."""
-    field = dataset.splits[split]  # "data.train_files"
-    return _cached_text(getattr(spec, field.split(".", 1)[1]), field)
-
-
-def read_tfds(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> PairSource:
-    """A split of a TFDS dataset prepared as array_record under data.data_dir."""
-    if dataset.tfds_module:
-        # tfds imports its dataset modules lazily; importing this one registers the builder
-        # (wmt14_translate needs no TensorFlow to read a prepared copy).
-        importlib.import_module(dataset.tfds_module)
-    data_dir = data_dir_of(spec)
-    try:
-        # download=False: preparing a TFDS dataset is a separate step; never start it here.
-        records = tfds.data_source(dataset.tfds_name, split=dataset.splits[split],
-                                   data_dir=data_dir, download=False,
-                                   deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)
-    except Exception as e:  # TFDS raises several types for a missing or tfrecord-only dataset
-        unfinished = unfinished_preparations(dataset.tfds_name, data_dir)
-        raise FileNotFoundError(
-            f"{dataset.tfds_name}: no array_record copy of split {split!r} under "
-            f"{data_dir or '~/tensorflow_datasets'} ({type(e).__name__}"
-            + (f"; a preparation did not finish: {unfinished[-1]}" if unfinished else "")
-            + f"); {dataset.how_to_prepare}") from e
-    try:
-        ranges = RangeReads([(os.fspath(f.filename), f.skip, f.take) for f in
-                             records.dataset_info.splits[dataset.splits[split]].file_instructions])
-    except KeyError:  # tfds.testing.mock_data's sources have no files: random access alone
-        ranges = None
-    return PairSource(records, spec.source_lang, spec.target_lang,
-                      f"{dataset.tfds_name}:{split}", ranges)
 
 
 def unfinished_preparations(tfds_name: str, data_dir: str | None) -> list[str]:
@@ -334,20 +300,6 @@ def unfinished_preparations(tfds_name: str, data_dir: str | None) -> list[str]:
                   if p.name.startswith(tfds.core.constants.INCOMPLETE_PREFIX))
 
 
-def read_generated(dataset: datasets.Dataset, spec: SourceSpec, split: str) -> PairSource:
-    """A split of a dataset generated here: prepared on first use, then read as TFDS."""
-    prepare_generated(dataset.tfds_name, data_dir_of(spec))
-    return read_tfds(dataset, spec, split)
-
-
-# The readers, by the kind of source a Dataset names (its ``source``).
-READERS: dict[str, Callable[[datasets.Dataset, SourceSpec, str], Source]] = {
-    "tfds": read_tfds,
-    "generated": read_generated,
-    "text": read_text,
-}
-
-
 def get_source(spec: SourceSpec | Any, split: str) -> Source:
     """The ``split`` ("train", "validation" or "test") of the dataset ``spec.name``, read by
     the reader of its kind of source. ``spec`` may be a config's ``data`` section, read into
@@ -355,9 +307,9 @@ def get_source(spec: SourceSpec | Any, split: str) -> Source:
     if not isinstance(spec, SourceSpec):
         spec = SourceSpec.from_config(spec)
     dataset = datasets.get(spec.name)
-    if dataset.source not in READERS:
+    if dataset.source not in source_kinds.REGISTRY:
         raise ConfigError(f"data.name={spec.name!r}: its source {dataset.source!r} has "
-                          f"no reader; the kinds are {', '.join(READERS)}")
+                          f"no reader; the kinds are {', '.join(source_kinds.names())}")
     if split not in dataset.splits:
         raise ValueError(f"split {split!r} is not one of {', '.join(dataset.splits)}")
-    return READERS[dataset.source](dataset, spec, split)
+    return source_kinds.get(dataset.source).read(dataset, spec, split)

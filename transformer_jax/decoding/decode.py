@@ -30,18 +30,12 @@ import jax.numpy as jnp
 
 from transformer_jax import config as config_lib
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
-from transformer_jax.decoding.search import (
-    Phases,
-    StepFn,
-    beam_search,
-    greedy_search,
-    sample_search,
-)
+from transformer_jax.decoding import strategies
+from transformer_jax.decoding.search import Phases, StepFn
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import Transformer, segments_of
 
 Array = jax.Array
-STRATEGIES = ("greedy", "beam", "sample")
 # The defaults of DecodeConfig: the paper's beam search, as the config states it.
 _DECODE = config_lib.base_config().decode
 
@@ -199,7 +193,8 @@ def generate(params: Any, inputs: Array, max_lengths: Array, key: Array, *,
              config: TransformerConfig, decoding: DecodeConfig, max_len: int,
              use_cache: bool = True, eos_id: int = EOS_ID,
              cache_phase: int = CACHE_PHASE) -> Array:
-    """Translates a batch with the strategy of ``decoding``.
+    """Translates a batch with the strategy of ``decoding`` (``decoding.strategy``, an
+    entry of ``decoding/strategies/``).
 
     Args:
       inputs: [b, s] source ids, 0-padded.
@@ -215,8 +210,9 @@ def generate(params: Any, inputs: Array, max_lengths: Array, key: Array, *,
     """
     if decoding.position_scale != config.position_scale:
         config = config.replace(position_scale=decoding.position_scale)
+    strategy = strategies.get(decoding.strategy)
     encoded, src_segments = encode(params, config, inputs)
-    beams = decoding.beam_size if decoding.strategy == "beam" else 1
+    beams = decoding.beam_size if strategy.traits.beams else 1
     if use_cache:
         phases = Phases(cache_lengths(max_len, cache_phase), grow_cache)
         step, cache = cached_step(params, config, encoded, src_segments, phases.lengths[0],
@@ -224,16 +220,8 @@ def generate(params: Any, inputs: Array, max_lengths: Array, key: Array, *,
     else:
         phases = None
         step, cache = uncached_step(params, config, encoded, src_segments, max_len, beams)
-    if decoding.strategy == "greedy":
-        return greedy_search(step, cache, max_lengths, max_len, eos_id, phases)
-    if decoding.strategy == "sample":
-        return sample_search(step, cache, key, max_lengths, max_len,
-                             temperature=decoding.temperature, top_k=decoding.top_k,
-                             top_p=decoding.top_p, eos_id=eos_id, phases=phases)
-    seqs, _ = beam_search(step, cache, beam_size=decoding.beam_size, alpha=decoding.alpha,
-                          max_lengths=max_lengths, max_len=max_len, eos_id=eos_id,
-                          phases=phases)
-    return seqs[:, 0]
+    return strategy.module.search(step, cache, key, max_lengths, max_len, decoding, eos_id,
+                                  phases)
 
 
 def greedy_decode(params: Any, inputs: Array, *, config: TransformerConfig,

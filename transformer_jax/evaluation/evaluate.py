@@ -32,7 +32,7 @@ from typing import Any
 import ml_collections
 
 from transformer_jax.data import batching, pipeline, sources, tokens
-from transformer_jax.decoding import decode
+from transformer_jax.decoding import decode, strategies
 from transformer_jax.errors import UserError
 from transformer_jax.evaluation.bleu import bleu, tokenized_bleu
 from transformer_jax.evaluation.perplexity import split_perplexity
@@ -82,7 +82,8 @@ def evaluate_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDic
         # The sources longer than the model takes, shortened to its limit for translation.
         "source_limit": limit, "shortened_sources": [dataclasses.asdict(x) for x in long],
     }
-    tag = f"beam{decoding.beam_size}" if decoding.strategy == "beam" else decoding.strategy
+    beams = strategies.get(decoding.strategy).traits.beams
+    tag = f"{decoding.strategy}{decoding.beam_size}" if beams else decoding.strategy
     name = f"{split}-avg{len(loaded.steps)}-{tag}"
     storage.write_atomically(out / f"{name}.hyp.txt", "".join(h + "\n" for h in hyps))
     storage.write_atomically(out / f"{name}.json", json.dumps(result, indent=2) + "\n")

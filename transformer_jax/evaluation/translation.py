@@ -12,7 +12,7 @@ import numpy as np
 
 from transformer_jax.data.batching import pad_batch
 from transformer_jax.data.tokenizer import EOS_ID, Tokenizer
-from transformer_jax.decoding import decode
+from transformer_jax.decoding import decode, strategies
 from transformer_jax.errors import DataError, UserError
 from transformer_jax.model.spec import TransformerConfig
 
@@ -140,12 +140,7 @@ def translate(params: Any, config: TransformerConfig, tokenizer: Tokenizer,
 def describe(decoding: dict[str, Any]) -> str:
     """The decoding settings in a few words, e.g. "beam 4, alpha 0.6, offset 50"."""
     d = decoding
-    if d["strategy"] == "beam":
-        how = f"beam {d['beam_size']}, alpha {d['alpha']}"
-    elif d["strategy"] == "sample":
-        how = f"sampling, temperature {d['temperature']}, top-k {d['top_k']}, top-p {d['top_p']}"
-    else:
-        how = "greedy"
+    how = strategies.get(d["strategy"]).module.describe(d)
     scale = d.get("position_scale", 1.0)
     return (f"{how}, max length input + {d['max_len_offset']}"
             + (f", positions x {scale:g}" if scale != 1.0 else ""))

@@ -1,34 +1,43 @@
-"""Exports of a trained model to the engines people deploy, one module a target
-(``ctranslate2``, ``hf``): each defines ``check(model_config)``, raising ConfigError for what
-it cannot express, and ``export(loaded, config, workdir, directory, **options)``, writing
-into a new empty directory. ``mapping`` (not a target) holds what they share; ``from_hf``
-(not a target either) reads a MarianMT directory back into a workdir."""
+"""Exports of a trained model to the engines people deploy, one module a target, found by
+name (the export command's first argument; the mechanism is
+:class:`transformer_jax.plugins.Registry`'s): ``ctranslate2``, ``hf``, and a target kept
+elsewhere, one file in a directory of ``TRANSFORMER_JAX_EXPORTS``. A target module defines
+
+* ``TRAITS``, a :class:`Traits`;
+* ``check(model_config)``, raising ConfigError for what it cannot express;
+* ``export(loaded, config, workdir, directory, **options)``, writing into a new empty
+  directory.
+
+``mapping`` (not a target) holds what they share; ``from_hf`` (not a target either) reads a
+MarianMT directory back into a workdir."""
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import logging
 from typing import Any
 
 from transformer_jax import plugins
-from transformer_jax.errors import UserError
 from transformer_jax.exports import mapping
 from transformer_jax.io import storage
 
-NOT_TARGETS = ("mapping", "from_hf")
+
+@dataclasses.dataclass(frozen=True)
+class Traits:
+    """What the export command offers a target."""
+
+    # The keyword options its ``export`` takes, each a flag of the export command
+    # (``--quantization``); a flag of another target's is refused for it.
+    options: tuple[str, ...] = ()
 
 
-def names() -> tuple[str, ...]:
-    """The targets: the modules of this package but NOT_TARGETS."""
-    return tuple(n for n in plugins.module_names(tuple(__path__), "exports")
-                 if n not in NOT_TARGETS)
-
-
-def get(name: str) -> Any:
-    """The module of target ``name``; UserError naming the known ones."""
-    if name not in names():
-        raise UserError(f"no export target {name!r}; the targets are {', '.join(names())}")
-    return importlib.import_module(f"{__name__}.{name}")
+REGISTRY = plugins.Registry(
+    __name__, "TRANSFORMER_JAX_EXPORTS", "export target", traits="TRAITS",
+    not_entries=("mapping", "from_hf"),
+    needs=(plugins.Need("TRAITS", Traits), plugins.Need("check", shown="check(model_config)"),
+           plugins.Need("export", shown="export(loaded, config, workdir, directory, "
+                                        "**options)")))
+names, get, having = REGISTRY.names, REGISTRY.get, REGISTRY.having
 
 
 def export(name: str, workdir: storage.PathLike, out: storage.PathLike,
@@ -41,8 +50,8 @@ def export(name: str, workdir: storage.PathLike, out: storage.PathLike,
     loaded, config = mapping.load(workdir, average)
     for note in loaded.notes:
         logging.warning("warning: %s", note)
-    target.check(loaded.model_config)
+    target.module.check(loaded.model_config)
     with mapping.writing(out) as directory:
-        target.export(loaded, config, str(workdir), directory, **options)
+        target.module.export(loaded, config, str(workdir), directory, **options)
     logging.info("exported %s (checkpoint(s) %s) to %s", workdir,
                  ", ".join(map(str, loaded.steps)), out)

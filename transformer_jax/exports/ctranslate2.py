@@ -27,11 +27,12 @@ from typing import Any
 import numpy as np
 
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID
-from transformer_jax.exports import mapping
+from transformer_jax.exports import Traits, mapping
 from transformer_jax.io import layout
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import LAYER_NORM_EPSILON
 
+TRAITS = Traits(options=("quantization",))
 NAME = "CTranslate2"
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
 

@@ -32,11 +32,12 @@ import numpy as np
 
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID
 from transformer_jax.errors import ConfigError
-from transformer_jax.exports import mapping
+from transformer_jax.exports import Traits, mapping
 from transformer_jax.io import provenance, workdirs
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import sinusoidal_positions
 
+TRAITS = Traits()
 NAME = "MarianMT"
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"

@@ -31,7 +31,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-IMPLEMENTATIONS = ("hash", "jax")
+from transformer_jax.model.spec import DROPOUT_IMPLEMENTATIONS
 
 _M1 = 0x7FEB352D
 _M2 = 0x846CA68B
@@ -85,7 +85,7 @@ def keep_mask(key: jax.Array, shape: tuple[int, ...], rate: float,
         whole = jax.random.bernoulli(key, 1.0 - rate, (shape[0] * blocks, *shape[1:]))
         return jax.lax.dynamic_slice_in_dim(whole, block * shape[0], shape[0], axis=0)
     if impl != "hash":
-        raise ValueError(f"dropout impl {impl!r} is not one of {IMPLEMENTATIONS}")
+        raise ValueError(f"dropout impl {impl!r} is not one of {DROPOUT_IMPLEMENTATIONS}")
     if math.prod(shape) * blocks > 2 ** 32:
         raise ValueError(f"hash dropout indexes elements with 32 bits; shape {shape} has "
                          f"{math.prod(shape) * blocks} elements over {blocks} device(s)")

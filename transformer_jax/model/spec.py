@@ -15,6 +15,11 @@ def head_dims(d_model: int, num_heads: int, d_k: int = 0, d_v: int = 0) -> tuple
     return d_k or d_model // num_heads, d_v or d_model // num_heads
 
 
+# The dropout masks model/dropout.py draws (TransformerConfig.dropout_impl), the choices of
+# model.dropout_impl.
+DROPOUT_IMPLEMENTATIONS = ("hash", "jax")
+
+
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
     """Static model hyperparameters, named as in the paper. The defaults are the paper's base
@@ -44,8 +49,9 @@ class TransformerConfig:
     dropout_rate: float = 0.1  # P_drop: sub-layer outputs and embedding + position sums
     # The paper names no dropout on attention weights; tensor2tensor added it later.
     attention_dropout_rate: float = 0.0
-    # Dropout masks: "hash" (a counter hash seeded from jax.random; fast) or "jax"
-    # (jax.random.bernoulli, flax's nn.Dropout). See model/dropout.py.
+    # Dropout masks, one of DROPOUT_IMPLEMENTATIONS: "hash" (a counter hash seeded from
+    # jax.random; fast) or "jax" (jax.random.bernoulli, flax's nn.Dropout). See
+    # model/dropout.py.
     dropout_impl: str = "hash"
     share_embeddings: bool = True  # source, target and pre-softmax share one matrix
     # A module of model/positions/ (positions.names()): "sinusoidal" is the paper's, "learned"

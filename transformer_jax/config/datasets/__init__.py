@@ -3,10 +3,11 @@
 
 ``data.name`` (and ``dataset=NAME`` of a config file's argument) is a module's name: the
 built-in corpus ``builtin``, the paper's ``wmt14_ende`` and ``wmt14_enfr``, your own files
-``text``. The datasets are the modules found when this package is first imported, here and in
-any ``transformer_jax/config/datasets/`` directory under an entry of ``sys.path``
-(``PYTHONPATH``), and those given to :func:`register` since. A dataset that TFDS knows is one
-module::
+``text``. The datasets are a :class:`transformer_jax.plugins.Registry`: the modules of this
+package, of any ``transformer_jax/config/datasets/`` directory under an entry of ``sys.path``
+(``PYTHONPATH``) when this package is first imported and of the directories of
+``TRANSFORMER_JAX_DATASETS``, and those given to :func:`register` since. A dataset that TFDS
+knows is one module::
 
     # transformer_jax/config/datasets/ted_pten.py: data.name=ted_pten
     from transformer_jax.config.datasets import Dataset
@@ -15,21 +16,22 @@ module::
                       settings={"data.source_lang": "pt", "data.target_lang": "en",
                                 "data.vocab_size": 8000})
 
-What reads a dataset is its ``source`` kind, a reader of ``transformer_jax/data/sources.py``
-(``READERS``): ``"tfds"`` (a prepared TFDS dataset), ``"generated"`` (a TFDS builder of
-generated data, prepared on first use) or ``"text"`` (the files named by the config).
+What reads a dataset is its ``source`` kind, an entry of the registry of
+``transformer_jax/data/source_kinds/``: ``"tfds"`` (a prepared TFDS dataset), ``"generated"``
+(a TFDS builder of generated data, prepared on first use) or ``"text"`` (the files named by
+the config).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
-import pkgutil
 import sys
-from collections.abc import Mapping
+import types
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+from transformer_jax import plugins
 from transformer_jax.errors import ConfigError
 
 # Datasets under sys.path too: transformer_jax/config/datasets/ of any entry is searched
@@ -50,8 +52,8 @@ class Dataset:
     """One dataset, as data.
 
     ``settings`` are the config fields it sets (languages, vocabulary size), applied after a
-    variant's overrides. ``source`` is the kind of source that reads it (a key of
-    ``data/sources.py``'s ``READERS``). ``splits`` maps each of ``SPLITS`` to where the
+    variant's overrides. ``source`` is the kind of source that reads it (an entry of
+    ``data/source_kinds/``). ``splits`` maps each of ``SPLITS`` to where the
     source finds it: a TFDS split for ``"tfds"`` and ``"generated"``, the config field
     holding its files for ``"text"``. ``tfds_name`` is its TFDS name, and ``tfds_module`` a
     module to import first that registers its TFDS builder (TFDS imports its dataset modules
@@ -76,33 +78,44 @@ class Dataset:
             raise ConfigError(f"Dataset splits {dict(self.splits)} lack {', '.join(missing)}")
 
 
-# name -> Dataset, in the order found.
-DATASETS: dict[str, Dataset] = {}
+REGISTRY = plugins.Registry(
+    __name__, "TRANSFORMER_JAX_DATASETS", "data.name",
+    needs=(plugins.Need("DATASET", Dataset, "DATASET = Dataset(...)"),),
+    make=lambda entry: entry.module.DATASET)
+names = REGISTRY.names
 
 
 def register(name: str, dataset: Dataset) -> Dataset:
-    """Makes ``dataset`` known as ``name`` (for data.name, config files' ``dataset=NAME``)."""
+    """Makes ``dataset`` known as ``name`` (for data.name, config files' ``dataset=NAME``) in
+    this process; ``REGISTRY.remove(name)`` forgets it."""
     if not isinstance(dataset, Dataset):
         raise ConfigError(f"dataset {name}: {dataset!r} is not a Dataset")
-    DATASETS[name] = dataset
+    module = types.ModuleType(f"{__name__}.{name}")
+    module.DATASET = dataset  # type: ignore[attr-defined]
+    REGISTRY.add(name, module)
     return dataset
 
 
 def get(name: str, field: str = "data.name") -> Dataset:
     """The dataset ``name``; ConfigError naming ``field`` and the known names if unknown."""
-    if not isinstance(name, str) or name not in DATASETS:
-        raise ConfigError(f"{field}={name!r} is not one of {', '.join(DATASETS)}")
-    return DATASETS[name]
+    REGISTRY.check(name, field)
+    return REGISTRY.get(name)
 
 
-def _load(name: str) -> None:
-    module = importlib.import_module(f"{__name__}.{name}")
-    dataset = getattr(module, "DATASET", None)
-    if not isinstance(dataset, Dataset):
-        raise ConfigError(f"{module.__file__}: no DATASET = Dataset(...) in it")
-    register(name, dataset)
+class _Datasets(Mapping[str, Dataset]):
+    """Every dataset by name, in the order of :func:`names`, read from the registry when
+    asked."""
+
+    def __getitem__(self, name: str) -> Dataset:
+        if name not in REGISTRY:
+            raise KeyError(name)
+        return get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(REGISTRY.names())
+
+    def __len__(self) -> int:
+        return len(REGISTRY.names())
 
 
-for _module in pkgutil.iter_modules(__path__):
-    if not _module.name.startswith("_"):
-        _load(_module.name)
+DATASETS: Mapping[str, Dataset] = _Datasets()
