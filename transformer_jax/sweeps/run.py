@@ -22,9 +22,9 @@ from transformer_jax.sweeps import launchers, records
 from transformer_jax.sweeps.checks import check_flags, check_workdir_model
 from transformer_jax.sweeps.cpu_peak import shared_cpu_peak
 from transformer_jax.sweeps.experiment import Sweep
-from transformer_jax.sweeps.grid_trials import GridTrials
 from transformer_jax.sweeps.points import point_config, train_args
-from transformer_jax.sweeps.search_spec import Search
+from transformer_jax.sweeps.search.grid import GridTrials
+from transformer_jax.sweeps.search.spec import Search
 from transformer_jax.sweeps.status import DONE, point_status
 
 
@@ -40,8 +40,8 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
     the launcher's commands and changes nothing. ``python`` is the interpreter of the
     commands of a launcher whose points train here (others name ``python``). ``prune`` (a
     Search with a pruner) makes each point a trial of a study in the root, stopped by the
-    pruner when it falls behind (grid_trials.GridTrials). Points named in ``kept`` (the
-    finished runs a results folder keeps records of, report_records.finished_points) are
+    pruner when it falls behind (search/grid.py's GridTrials). Points named in ``kept`` (the
+    finished runs a results folder keeps records of, report/archive.py's finished_points) are
     not trained again, even where their workdirs are gone.
     """
     chosen = check_flags(launcher, scale, parallel)

@@ -1,14 +1,14 @@
 """A search's controller: asks the study for work, trains it with the launcher, tells the
 study the result; several controllers, on one machine or many, share one study.
 
-A trial is one of two kinds of work (its ``phase``, sweeps/study.py):
+A trial is one of two kinds of work (its ``phase``, study.py):
 
 * **exploring**: a setting drawn by the sampler, trained on the sweep's first seed alone
   (with ``--confirm=0``, or a sweep of one seed, on each of its seeds), and judged by the
   pruner at each evaluation from the first rung on; ``--trials`` of them;
 * **confirming**: once every exploring trial has ended, each of the ``--confirm`` best
   completed settings is trained on each remaining seed, one trial a run, never pruned; the
-  settings are then ranked on their mean over all seeds (sweeps/search_status.py). Where
+  settings are then ranked on their mean over all seeds (progress.py). Where
   fewer than ``--confirm`` completed, the best pruned ones are *promoted* to fill the places
   (ASHA's promotion of a paused trial): ranked on the latest step they reported, then on
   their value there, each is confirmed on every seed, its first seed's run resumed from the
@@ -36,20 +36,13 @@ from typing import Any
 import optuna
 
 from transformer_jax.io import layout, metric_keys, storage, workdirs
-from transformer_jax.sweeps import (
-    hyper,
-    launchers,
-    records,
-    report_metrics,
-    samplers,
-    study as study_lib,
-)
+from transformer_jax.sweeps import hyper, launchers, records
 from transformer_jax.sweeps.checks import check_workdir_model
 from transformer_jax.sweeps.experiment import Point, Sweep
 from transformer_jax.sweeps.points import point_config, train_args
-from transformer_jax.sweeps.search_spec import Search
-from transformer_jax.sweeps.status import DONE, point_status
-from transformer_jax.sweeps.trials import (
+from transformer_jax.sweeps.search import samplers, study as study_lib
+from transformer_jax.sweeps.search.spec import Search
+from transformer_jax.sweeps.search.trials import (
     best_explored,
     confirming,
     known_points,
@@ -57,6 +50,7 @@ from transformer_jax.sweeps.trials import (
     promoted,
     seed_names,
 )
+from transformer_jax.sweeps.status import DONE, point_status
 from transformer_jax.training import stops
 
 State = optuna.trial.TrialState
@@ -68,7 +62,7 @@ def objective_value(workdir: storage.Path, key: str) -> float | None:
     if final.get(key) is not None:
         return float(final[key])
     evals = workdirs.read_metrics(workdir).get(metric_keys.EVAL, {})
-    value = report_metrics.Run(True, final, {}, evals).last_eval(key)
+    value = workdirs.latest(evals, key)
     return None if value is None else float(value)
 
 
