@@ -76,12 +76,12 @@ def columns() -> tuple[str, ...]:
 def count_params(config: dict[str, Any], workdir: storage.Path) -> int | None:
     """Parameters of the point's model, with the vocabulary it trained (or its config's)."""
     from transformer_jax.data.tokenizer import Tokenizer
-    from transformer_jax.model import params
+    from transformer_jax.model import counts
 
     vocab_file = workdir / layout.VOCAB / layout.VOCAB_MODEL
     try:
         vocab = Tokenizer(vocab_file).vocab_size if vocab_file.exists() else None
-        return params.num_params(ml_collections.ConfigDict(config), vocab)
+        return counts.num_params(ml_collections.ConfigDict(config), vocab)
     except (KeyError, TypeError, ValueError, AttributeError, OSError, RuntimeError,
             ArithmeticError):  # a config of the past, or damaged: no count, not a stop
         return None
