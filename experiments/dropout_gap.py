@@ -40,7 +40,7 @@ from transformer_jax.data import batching, pipeline, sources, tokens  # noqa: E4
 from transformer_jax.data.tokenizer import Tokenizer  # noqa: E402
 from transformer_jax.evaluation.perplexity import loss_over_batches  # noqa: E402
 from transformer_jax.io import checkpoints, layout  # noqa: E402
-from transformer_jax.model import losses, params as params_lib  # noqa: E402
+from transformer_jax.model import counts, losses  # noqa: E402
 from transformer_jax.model.spec import TransformerConfig  # noqa: E402
 from transformer_jax.model.transformer import Transformer  # noqa: E402
 
@@ -77,7 +77,7 @@ def measure(workdir: str, pairs: int, masks: int, steps: list[int]) -> list[dict
         batches[split] = list(batching.eval_batches(ids, None, max_len=spec.batch.max_len,
                                                     rows=rows))
     model_config = TransformerConfig.from_config(config.model, tokenizer.vocab_size)
-    shapes = params_lib.param_shapes(model_config)
+    shapes = counts.param_shapes(model_config)
     ckpts = checkpoints.Checkpoints(workdir, config.train.keep_checkpoints)
     out = []
     try:

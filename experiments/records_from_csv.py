@@ -7,7 +7,7 @@ statistics (transformer_jax/evaluation/significance.py).
 
 The sweep's name, description, swept parameter and scale are read from the heading of the
 folder's results.md unless given as flags. Writes ``FOLDER/records/``
-(transformer_jax/sweeps/report_records.py): ``sweep.json`` with the sweep's points (name,
+(transformer_jax/sweeps/report/archive.py): ``sweep.json`` with the sweep's points (name,
 setting, variant, value) and one ``<point>.npz`` a run holding only the run's report row,
 its fields typed as the report types them (integers, floats, None for an empty cell).
 
@@ -31,17 +31,18 @@ from absl import flags
 
 from transformer_jax import cli
 from transformer_jax.errors import UserError
-from transformer_jax.sweeps import report, report_metrics, report_records, status
+from transformer_jax.sweeps import status
+from transformer_jax.sweeps.report import archive, build, metrics
 
 # How a cell of results.csv is read back: "int" a whole number, "number" an int or a float
 # as written (Python's csv writes a float with its point), "value" a number where it reads
 # back as written, else text; any other column is text. An empty cell is None.
 INTS = ("seed", "N", "d_model", "d_ff", "h", "d_k", "d_v", "params", "steps", "num_steps",
         "bleu_sentences")
-NUMBERS = ("P_drop", "eps_ls", "wall_s", "cpu_s", *report_metrics.METRICS, "paper_ppl",
+NUMBERS = ("P_drop", "eps_ls", "wall_s", "cpu_s", *metrics.METRICS, "paper_ppl",
            "paper_bleu", "paper_params_m")
 TEXTS = ("point", "setting", "variant", "status", "scale", "code", "machine", "started")
-CONFIG = tuple(c for c, _, _ in report.CONFIG_COLUMNS)
+CONFIG = tuple(c for c, _, _ in build.CONFIG_COLUMNS)
 KINDS = (*status.DONE, "unfinished", "failed", "queued", "missing")
 
 
@@ -73,7 +74,7 @@ def _cell(column: str, text: str, where: str) -> Any:
 
 
 def row(cells: dict[str, str], where: str) -> dict[str, Any]:
-    """The report row (the keys and types of transformer_jax/sweeps/report.py's ``_row``)
+    """The report row (the keys and types of transformer_jax/sweeps/report/build.py's ``_row``)
     of one line of results.csv."""
     c = {k: _cell(k, v, where) for k, v in cells.items()}
     kind = c["status"].split(" (")[0]
@@ -91,7 +92,7 @@ def row(cells: dict[str, str], where: str) -> dict[str, Any]:
         **{k: c[k] for k in ("point", "setting", "seed", "variant", "value", "status")},
         "kind": kind,
         **{k: c[k] for k in ("params", "steps", "num_steps", "wall_s", "cpu_s",
-                             *report_metrics.METRICS, "bleu_sentences", "paper_ppl",
+                             *metrics.METRICS, "bleu_sentences", "paper_ppl",
                              "paper_bleu", "paper_params_m", "scale")},
         **config,
         "machine": c["machine"], "started": c["started"], "attempts": attempts,
@@ -109,7 +110,7 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
     try:
         with path.open(encoding="utf-8", newline="") as f:
             reader = csv.DictReader(f)
-            missing = [k for k in report.columns() if k not in (reader.fieldnames or [])]
+            missing = [k for k in build.columns() if k not in (reader.fieldnames or [])]
             if missing:
                 raise UserError(f"{path}: no column {', '.join(missing)} (the header of "
                                 "python -m transformer_jax.compare's results.csv)")
@@ -119,7 +120,7 @@ def read_csv(path: Path) -> list[dict[str, Any]]:
                 if None in cells or None in cells.values():
                     raise UserError(f"{where}: not as many cells as the header's "
                                     f"{len(reader.fieldnames)}")
-                r = row({k: cells[k] for k in report.columns()}, where)
+                r = row({k: cells[k] for k in build.columns()}, where)
                 if r["point"] in seen:
                     raise UserError(f"{where}: point {r['point']!r} twice")
                 seen.add(r["point"])
@@ -174,7 +175,7 @@ def convert(folder: Path, given: dict[str, str | None]) -> list[Path]:
                   "description": stated.get("description", ""),
                   "points": [{"name": r["point"], "setting": r["setting"],
                               "variant": r["variant"], "value": r["value"]} for r in rows]}
-    return report_records.write(folder, definition, rows)
+    return archive.write(folder, definition, rows)
 
 
 def main(argv: Sequence[str], fields: dict[str, Any]) -> None:
@@ -183,7 +184,7 @@ def main(argv: Sequence[str], fields: dict[str, Any]) -> None:
             raise UserError("give one results folder, e.g. python -m "
                             "experiments.records_from_csv experiments/results/table3_demo")
         written = convert(Path(argv[1]), {k: f.value for k, f in fields.items()})
-        print(f"wrote {len(written)} files to {Path(argv[1]) / report_records.RECORDS}")
+        print(f"wrote {len(written)} files to {Path(argv[1]) / archive.RECORDS}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Write a sweep's comparison report: the command of :mod:`transformer_jax.sweeps.report`.
+"""Write a sweep's comparison report: the command of :mod:`transformer_jax.sweeps.report.build`.
 
     python -m transformer_jax.compare runs/heads_ablation [--out=DIR] [--baseline=SETTING] \
         [--by_length=16,24,32]
@@ -15,7 +15,7 @@ from absl import flags
 from transformer_jax import cli
 from transformer_jax.errors import UserError
 from transformer_jax.io import storage
-from transformer_jax.sweeps import report
+from transformer_jax.sweeps.report import build
 
 
 def main(argv: Sequence[str], out_flag: Any, baseline_flag: Any, by_length_flag: Any) -> None:
@@ -25,7 +25,7 @@ def main(argv: Sequence[str], out_flag: Any, baseline_flag: Any, by_length_flag:
                             "python -m transformer_jax.compare runs/heads_ablation")
         if out_flag.value:
             storage.check(out_flag.value, "--out")
-        paths = report.report(argv[1], out_flag.value, baseline_flag.value,
+        paths = build.report(argv[1], out_flag.value, baseline_flag.value,
                               by_length_flag.value)
         print(paths["markdown"].read_text())
         if "table3" in paths:

@@ -8,7 +8,7 @@
 what the comparison report's statistics read) as the end of training writes them, for a
 run trained before it did.
 
-The library is :mod:`transformer_jax.evaluation.evaluate`.
+The library is :mod:`transformer_jax.evaluation.score`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ EVALUATE_OVERRIDES = ("decode", "data.data_dir", "data.eval_files", "data.test_f
 def main(argv: list[str], flags_: dict[str, Any]) -> None:
     from tqdm import tqdm
 
-    from transformer_jax.evaluation import evaluate, translation
+    from transformer_jax.evaluation import score, translation
 
     cli.no_extra_args(argv)
     with cli.clean_errors():
@@ -36,7 +36,7 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
         config = resume.workdir_config(workdir, cli.override_values(flags_["config"]),
                                     EVALUATE_OVERRIDES)
         if flags_["sentence_stats"].value:
-            r = evaluate.write_sentence_stats(workdir, config)
+            r = score.write_sentence_stats(workdir, config)
             print(f"{workdir}: validation PPL {r['validation_ppl']:.4f} over {r['sentences']} "
                   f"sentences (checkpoint(s) {', '.join(map(str, r['checkpoints']))}), "
                   f"{r['test_sentences']} test sentences' BLEU and chrF statistics written")
@@ -44,7 +44,7 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
         split, average = flags_["split"].value, flags_["average"].value
         with tqdm(desc=f"translating {split}", unit=" sentences", file=sys.stderr,
                   leave=False) as bar:
-            r = evaluate.evaluate_workdir(workdir, config, split, average,
+            r = score.evaluate_workdir(workdir, config, split, average,
                                           flags_["limit"].value, bar.update)
         steps = ", ".join(map(str, r["checkpoints"]))
         print(f"{split}: {r['sentences']} sentences; parameters of checkpoint(s) {steps}"

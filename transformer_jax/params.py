@@ -2,7 +2,7 @@
 
     python -m transformer_jax.params --config=configs/table3.py:C_N2
 
-The library is :mod:`transformer_jax.model.params`.
+The library is :mod:`transformer_jax.model.counts`.
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from transformer_jax import cli
 def main(argv: list[str], config_flag: Any) -> None:
     """Prints the parameter count and training FLOPs per target token of a config."""
     from transformer_jax import config as config_lib
-    from transformer_jax.model import params
+    from transformer_jax.model import counts
 
     cli.no_extra_args(argv)
     with cli.clean_errors():
         config = config_lib.validate(cli.flag_config(config_flag))
-        model_config = params.model_config_of(config)
+        model_config = counts.model_config_of(config)
         length = config.data.row_len or config.data.max_len
-        print(f"params: {params.count(params.param_shapes(model_config))}")
-        print(f"flops_per_target_token: {params.train_flops_per_token(model_config, length)}")
+        print(f"params: {counts.count(counts.param_shapes(model_config))}")
+        print(f"flops_per_target_token: {counts.train_flops_per_token(model_config, length)}")
 
 
 if __name__ == "__main__":

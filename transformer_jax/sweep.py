@@ -17,7 +17,7 @@ ordinary training command (:mod:`transformer_jax.sweeps.points`), started by the
 (:mod:`transformer_jax.sweeps.records`) for ``python -m transformer_jax.compare ROOT``, and
 ``--status`` says where every point stands (:mod:`transformer_jax.sweeps.status`).
 ``--search`` samples the ``--space`` with Optuna, trial after trial, instead of running a
-grid (:mod:`transformer_jax.sweeps.search`; docs/sweeps.md, "Search").
+grid (:mod:`transformer_jax.sweeps.search.run`; docs/sweeps.md, "Search").
 """
 
 from __future__ import annotations
@@ -34,17 +34,10 @@ from ml_collections import config_flags
 
 from transformer_jax import cli, config as config_lib
 from transformer_jax.errors import UserError
-from transformer_jax.sweeps import (
-    experiment,
-    launchers,
-    report_records,
-    run,
-    samplers,
-    search,
-    search_spec,
-    status,
-)
-from transformer_jax.sweeps.search_spec import Search
+from transformer_jax.sweeps import experiment, launchers, run, status
+from transformer_jax.sweeps.report import archive
+from transformer_jax.sweeps.search import run as search, samplers, spec
+from transformer_jax.sweeps.search.spec import Search
 from transformer_jax.training import pruners
 
 
@@ -60,7 +53,7 @@ def main(argv: Sequence[str], flag_values: Any) -> None:
         sweep = experiment.load_experiment(argv[1], f.grid or (), f.seeds, f.space or ())
         overrides = config_flags.get_override_values(flags.FLAGS["config"])
         how = Search(f.search or "auto", f.trials, f.storage, f.objective,
-                     f.prune or search_spec.DEFAULT_PRUNE, f.confirm, f.search_seed)
+                     f.prune or spec.DEFAULT_PRUNE, f.confirm, f.search_seed)
         searching = bool(f.search or sweep.space)
         if searching and not sweep.space:
             raise UserError(f"--search={f.search}: give the space to search, e.g. "
@@ -74,7 +67,7 @@ def main(argv: Sequence[str], flag_values: Any) -> None:
             outcome = search.run_search(sweep, f.root, how, f.launcher, f.scale, f.parallel,
                                         f.dry_run, overrides, shlex.join(sys.argv[1:]))
         else:
-            kept = report_records.finished_points(f.kept) if f.kept else set()
+            kept = archive.finished_points(f.kept) if f.kept else set()
             outcome = run.run_sweep(sweep, f.root, f.launcher, f.scale, f.parallel, f.dry_run,
                                     overrides, experiment=shlex.join(
                                         a for a in sys.argv[1:] if not a.startswith("--kept")),
@@ -108,7 +101,7 @@ if __name__ == "__main__":
                               "(repeatable), e.g. --space=optim.lr_scale=log:0.25:4.")
     flags.DEFINE_integer("trials", 20, "Trials a search explores, counting those done (raise "
                          "it to extend a search).")
-    flags.DEFINE_integer("confirm", search_spec.DEFAULT_CONFIRM, "After exploring with the "
+    flags.DEFINE_integer("confirm", spec.DEFAULT_CONFIRM, "After exploring with the "
                          "first seed, train the best K settings on the other --seeds and rank "
                          "them on the mean; 0: every trial trains every seed.")
     flags.DEFINE_integer("search_seed", None, "The search's seed (its samplers' draws); "
@@ -118,7 +111,7 @@ if __name__ == "__main__":
     flags.DEFINE_enum("prune", None, pruners.names(), "Stop trials (or grid points) "
                       "that fall behind, judged at each evaluation: " + "; ".join(
                           pruners.help_lines()) + f". A search's default: "
-                      f"{search_spec.DEFAULT_PRUNE}; a grid's: none.")
+                      f"{spec.DEFAULT_PRUNE}; a grid's: none.")
     flags.DEFINE_string("storage", "", "The study's database (a SQLAlchemy URL, e.g. "
                         "postgresql://user@host/db); default ROOT/study.journal.")
     flags.DEFINE_string("kept", "", "A results folder (python -m transformer_jax.compare ROOT "

@@ -66,7 +66,7 @@ from transformer_jax import config as config_lib, paper  # noqa: E402
 from transformer_jax.decoding import decode  # noqa: E402
 from transformer_jax.evaluation import translation  # noqa: E402
 from transformer_jax.model import attention, kernels as kernel_registry  # noqa: E402
-from transformer_jax.model.params import init_params  # noqa: E402
+from transformer_jax.model.counts import init_params  # noqa: E402
 from transformer_jax.model.transformer import TransformerConfig  # noqa: E402
 from transformer_jax.training import hardware, meters, train  # noqa: E402
 

@@ -19,7 +19,7 @@ Measures, on this machine:
    loop at configs/demo.py, measured over ``--train_steps`` steps after compilation;
 3. what one H100 consumes at ``TARGET_MFU`` on the base and the big model, not measured here:
    its bf16 peak (``training/hardware.py``) over the training FLOPs per target token of
-   ``model/params.py`` at rows of 256, and the reading cores that takes at the measured
+   ``model/counts.py`` at rows of 256, and the reading cores that takes at the measured
    per-core rate of the base shape; and the paper's 8 P100 (25,000 target tokens in 0.4 s).
 
 Passes when the demo-shape pipeline delivers at least 10x the demo train step's target tokens
@@ -58,7 +58,7 @@ from transformer_jax.data import (  # noqa: E402
     tokens,
 )
 from transformer_jax.io import workdirs  # noqa: E402
-from transformer_jax.model import params  # noqa: E402
+from transformer_jax.model import counts  # noqa: E402
 from transformer_jax.training import hardware, train  # noqa: E402
 
 PAPER_BASE_TARGET_TOKENS_PER_S = 25_000 / 0.4  # 8 P100 GPUs, 0.4 s per step (section 5.2)
@@ -146,7 +146,7 @@ def stage_costs(config, workdir: Path, pairs: int = 4096) -> dict[str, float]:
 def accelerator_consumption(variant: str) -> tuple[float, int]:
     """(target tokens/s, FLOPs per target token) of one ``ACCELERATOR`` training
     ``variant`` in rows of ``ROW_LEN`` at ``TARGET_MFU``."""
-    flops = params.train_flops_per_token(params.model_config_of(config_lib.build(variant)),
+    flops = counts.train_flops_per_token(counts.model_config_of(config_lib.build(variant)),
                                          ROW_LEN)
     return TARGET_MFU * hardware.PEAK_FLOPS[ACCELERATOR] / flops, flops
 

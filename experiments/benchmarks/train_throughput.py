@@ -29,7 +29,7 @@ changing load falls on both alike. Tokens/s counts real target tokens (padding e
 should be at least 1.25. The ratio of each turn is printed too: on a shared machine their
 spread shows how much the load moved. ``short_flops_ratio`` is what the same FLOP rate in
 both halves would give: the ratio of their model FLOPs per real target token
-(``params.train_flops_per_token`` at each row length, over the share of slots not padding).
+(``counts.train_flops_per_token`` at each row length, over the share of slots not padding).
 
 Ends with one JSON line of the headline figures.
 """
@@ -57,7 +57,7 @@ import numpy as np  # noqa: E402
 
 from transformer_jax import config as config_lib, paper  # noqa: E402
 from transformer_jax.data import batching, corpus, pipeline  # noqa: E402
-from transformer_jax.model import params  # noqa: E402
+from transformer_jax.model import counts  # noqa: E402
 from transformer_jax.model.transformer import TransformerConfig  # noqa: E402
 from transformer_jax.training import hardware, parallel  # noqa: E402
 from transformer_jax.training.step import create_train_state, make_executor  # noqa: E402
@@ -136,7 +136,7 @@ def measure_config(config, vocab: int, tokens: int, steps: int) -> dict:
     step_s = (time.perf_counter() - start) / steps
     faults = (page_faults() - faults) / steps
     target_tokens = rows * max_len
-    flops = params.train_flops_per_token(model_config, max_len) * target_tokens
+    flops = counts.train_flops_per_token(model_config, max_len) * target_tokens
     return {"devices": devices, "rows": rows, "max_len": max_len,
             "tokens_per_step": target_tokens, "step_s": step_s,
             "tokens_per_s": target_tokens / step_s, "flops_per_step": flops,
@@ -240,7 +240,7 @@ def measure_short(dtype: str, kind: str, steps: int, repeats: int) -> dict:
               f"attention, padding {run['padding']:.1%}, vocabulary {run['vocab']}, compile "
               f"{run['compile_s']:.0f} s)", flush=True)
         # Model FLOPs per real target token: a slot's, over the share of slots that hold one.
-        flops = params.train_flops_per_token(run["model_config"], run["row_len"]) / (
+        flops = counts.train_flops_per_token(run["model_config"], run["row_len"]) / (
             1.0 - run["padding"])
         out[name] = {"tokens_per_s": tokens_per_s, "row_len": run["row_len"],
                      "kernel": run["kernel"], "step_s": step_s, "flops_per_token": flops}

@@ -15,7 +15,7 @@ import pytest
 from transformer_jax.analysis import attention_read, pictures as visualize
 from transformer_jax.data.batching import pad_batch
 from transformer_jax.errors import UserError
-from transformer_jax.model.params import init_params
+from transformer_jax.model.counts import init_params
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import train
 

@@ -18,7 +18,7 @@ from transformer_jax.data import sources
 from transformer_jax.data.tokenizer import EOS_ID
 from transformer_jax.decoding import decode
 from transformer_jax.errors import UserError
-from transformer_jax.evaluation import bleu, evaluate, restore, translation
+from transformer_jax.evaluation import bleu, restore, score, translation
 from transformer_jax.io import checkpoints, layout, workdirs
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import Transformer
@@ -101,7 +101,7 @@ def test_evaluate_averages_and_writes_hypotheses_and_scores(workdir, run_config,
     workdir = shutil.copytree(workdir, tmp_path / "run")  # the evaluation writes into it
     run_config.decode.strategy = "greedy"
     run_config.data.token_cache = True  # the split's ids are read from its token cache
-    result = evaluate.evaluate_workdir(workdir, run_config, "test", average=3, limit=24)
+    result = score.evaluate_workdir(workdir, run_config, "test", average=3, limit=24)
     assert len(list((workdir / "vocab" / "tokens").glob("test-*.array_record"))) == 1
     assert result["checkpoints"] == [10, 20, 30] and result["sentences"] == 24
     hyp_file = workdir / "eval" / "test-avg3-greedy.hyp.txt"

@@ -10,7 +10,7 @@ import pytest
 
 from transformer_jax import config as config_lib
 from transformer_jax.evaluation import perplexity
-from transformer_jax.model.params import init_params
+from transformer_jax.model.counts import init_params
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training.step import create_train_state, make_executor
 

@@ -16,9 +16,11 @@ from hypothesis import example, given, strategies as st
 
 from transformer_jax import config as config_lib
 from transformer_jax.errors import ConfigError, UserError
-from transformer_jax.sweeps import experiment, hyper, points as points_lib, report, search, space
+from transformer_jax.sweeps import experiment, hyper, points as points_lib, space
+from transformer_jax.sweeps.report import build
 from transformer_jax.sweeps.run import run_sweep
-from transformer_jax.sweeps.search_spec import Search
+from transformer_jax.sweeps.search import run as search
+from transformer_jax.sweeps.search.spec import Search
 
 from . import strategies as gen
 from .fuzzing import accepted, examples, outcome
@@ -279,7 +281,7 @@ def test_any_sweep_json_is_reported_or_one_line(swept_root, data):
         root = Path(directory) / "root"
         shutil.copytree(swept_root, root)
         (root / "sweep.json").write_bytes(raw)
-        ok, result = outcome(lambda: report.collect(root),
+        ok, result = outcome(lambda: build.collect(root),
                              names=[str(root / "sweep.json"), str(root)],
                              expect={"as written": True, "climb": False}.get(str(data)))
         if ok:

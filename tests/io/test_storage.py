@@ -14,8 +14,8 @@ from transformer_jax.config import resume
 from transformer_jax.data import sources, text
 from transformer_jax.errors import DataError, UserError
 from transformer_jax.io import checkpoints, layout, storage, strict_json, workdirs
-from transformer_jax.sweeps import report as compare
 from transformer_jax.sweeps.experiment import load_experiment
+from transformer_jax.sweeps.report import build as compare
 from transformer_jax.sweeps.run import run_sweep
 from transformer_jax.sweeps.status import status_lines
 from transformer_jax.training import faults, train

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from transformer_jax import config as config_lib, paper
-from transformer_jax.model import params
+from transformer_jax.model import counts
 from transformer_jax.model.spec import TransformerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,12 +27,12 @@ def test_base_model_count_by_hand():
     encoder_layer = attention + ffn + 2 * norm
     decoder_layer = 2 * attention + ffn + 3 * norm
     expected = v * d + v + n * (encoder_layer + decoder_layer)  # + the softmax bias
-    assert params.num_params(config_lib.build("base")) == expected == 63_110_280
+    assert counts.num_params(config_lib.build("base")) == expected == 63_110_280
 
 
 @pytest.mark.parametrize("name", SIZED_ROWS)
 def test_table3_sizes_within_2_5M(name):
-    count = params.num_params(config_lib.build(name))
+    count = counts.num_params(config_lib.build(name))
     if name == "C_d1024":
         assert count == C_D1024_EXACT
         return
@@ -41,8 +41,8 @@ def test_table3_sizes_within_2_5M(name):
 
 
 def test_seed_example_embedding_matrix():
-    shapes = params.param_shapes(TransformerConfig(vocab_size=30000, d_model=512, num_layers=1))
-    assert params.count(shapes["shared_embedding"]) == 15_360_000
+    shapes = counts.param_shapes(TransformerConfig(vocab_size=30000, d_model=512, num_layers=1))
+    assert counts.count(shapes["shared_embedding"]) == 15_360_000
 
 
 def test_flops_formula_on_a_small_model_by_hand():
@@ -56,7 +56,7 @@ def test_flops_formula_on_a_small_model_by_hand():
     total = emb + (attention + ffn + 2 * norms) + (2 * attention + ffn + 3 * norms)
     seq = 16
     attn_flops = 3 * 3 * (2 * seq * 2 * (2 + 2))  # 3 blocks, fwd+bwd, QK^T and AV
-    assert params.train_flops_per_token(cfg, seq) == 6 * total + attn_flops
+    assert counts.train_flops_per_token(cfg, seq) == 6 * total + attn_flops
 
 
 def test_params_command_prints_the_count():
@@ -68,7 +68,7 @@ def test_params_command_prints_the_count():
 
 
 def test_seed_example_quadratic_bill():
-    base = params.model_config_of(config_lib.build("base"))
-    assert params.attention_matrices_per_forward(base) == 96
-    assert params.attention_matrix_bytes(512) == 512 * 512 * 2 == 524_288
-    assert params.attention_matrix_bytes(32_768) // params.attention_matrix_bytes(512) == 4096
+    base = counts.model_config_of(config_lib.build("base"))
+    assert counts.attention_matrices_per_forward(base) == 96
+    assert counts.attention_matrix_bytes(512) == 512 * 512 * 2 == 524_288
+    assert counts.attention_matrix_bytes(32_768) // counts.attention_matrix_bytes(512) == 4096

@@ -9,7 +9,7 @@ import pytest
 
 from transformer_jax.data import order
 from transformer_jax.errors import UserError
-from transformer_jax.model.params import init_params
+from transformer_jax.model.counts import init_params
 from transformer_jax.sweeps import hyper
 from transformer_jax.sweeps.experiment import load_experiment
 from transformer_jax.sweeps.points import point_config

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_jax.sweeps import report, report_records
+from transformer_jax.sweeps.report import archive, build
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def _runs() -> list[dict]:
 def _folder(path: Path, rows: list[dict], heading: str | None = HEADING) -> Path:
     path.mkdir()
     with (path / "results.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, report.columns())
+        writer = csv.DictWriter(f, build.columns())
         writer.writeheader()
         writer.writerows({k: "" if v is None else v for k, v in r.items()} for r in rows)
     if heading is not None:
@@ -88,7 +88,7 @@ def test_the_recomputed_report_is_worked_out_by_hand(tmp_path):
     run = _convert(folder)
     assert run.returncode == 0, run.stderr
     assert "wrote 7 files" in run.stdout  # sweep.json and six runs
-    paths = report.report(folder)  # from the records alone: no workdir exists
+    paths = build.report(folder)  # from the records alone: no workdir exists
     text = paths["markdown"].read_text()
     assert text.startswith("# heads\n\nHeads against base.\n\nscale: demo; ")
     # The six attempts: the last starts at 50 min and runs 631.2 s, so 60 min 31 s end to
@@ -121,7 +121,7 @@ def test_the_recomputed_report_is_worked_out_by_hand(tmp_path):
 def test_a_record_is_the_row_the_report_makes(tmp_path):
     folder = _folder(tmp_path / "heads", _runs())
     assert _convert(folder).returncode == 0
-    row, arrays = report_records.read_one(folder / "records" / "A_h4,seed=2.npz")
+    row, arrays = archive.read_one(folder / "records" / "A_h4,seed=2.npz")
     assert arrays == {}
     # As JSON, so that 450 and 450.0 differ, and the keys come in the report's order.
     assert json.dumps(row) == json.dumps({
@@ -139,12 +139,12 @@ def test_a_record_is_the_row_the_report_makes(tmp_path):
         "curve": [], "provenance": [{"code": "848a4c4eb0a5"}], "code": "848a4c4eb0a5"})
     # paper.TABLE3 gives base's parameters as the int 65, a cell of a number column that
     # results.csv wrote without a point.
-    base, _ = report_records.read_one(folder / "records" / "base,seed=0.npz")
+    base, _ = archive.read_one(folder / "records" / "base,seed=0.npz")
     assert json.dumps([base["paper_params_m"], base["dev_ppl"]]) == "[65, 1.25]"
     # The keys the report's own reader makes of a workdir (a gone one: no config columns).
-    made = report._row(tmp_path / "gone", {"name": "x", "variant": "base", "value": 1}, {})
-    config = {c for c, _, _ in report.CONFIG_COLUMNS}
-    assert set(row) == set(made) - set(report_records.NOT_KEPT) | config
+    made = build._row(tmp_path / "gone", {"name": "x", "variant": "base", "value": 1}, {})
+    config = {c for c, _, _ in build.CONFIG_COLUMNS}
+    assert set(row) == set(made) - set(archive.NOT_KEPT) | config
 
 
 def test_flags_stand_in_for_a_missing_heading(tmp_path):
@@ -156,7 +156,7 @@ def test_flags_stand_in_for_a_missing_heading(tmp_path):
     assert not (folder / "records").exists()
     run = _convert(folder, "--name=heads", "--parameter=h", "--description=Heads")
     assert run.returncode == 0, run.stderr
-    definition, rows = report_records.read(folder)
+    definition, rows = archive.read(folder)
     assert (definition["name"], definition["parameter"], definition["scale"]) == \
         ("heads", "h", "")
     assert [p["name"] for p in definition["points"]] == [r["point"] for r in _runs()]

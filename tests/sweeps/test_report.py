@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from transformer_jax.errors import ConfigError
-from transformer_jax.sweeps import (
-    hyper,
-    report as compare,
-    report_metrics,
-    report_settings,
-    report_table3,
-)
+from transformer_jax.sweeps import hyper
 from transformer_jax.sweeps.experiment import Sweep, load_experiment
+from transformer_jax.sweeps.report import (
+    build as compare,
+    metrics as report_metrics,
+    settings as report_settings,
+    table3 as report_table3,
+)
 from transformer_jax.sweeps.run import run_sweep
 
 from ..config.test_paper import TABLE3
@@ -457,11 +457,11 @@ def test_a_results_folder_recomputes_every_table_without_the_workdirs(replicated
 
 
 def test_a_sweep_trains_no_point_a_results_folder_kept(replicated_root, tmp_path):
-    from transformer_jax.sweeps import report_records
+    from transformer_jax.sweeps.report import archive
 
     folder = tmp_path / "folder"
     compare.report(replicated_root, folder)
-    kept = report_records.finished_points(folder)
+    kept = archive.finished_points(folder)
     assert len(kept) == 9
     sweep = load_experiment("configs/table3.py:base", ["variant=base,A_h4,A_h16"], 4)
     outcome = run_sweep(sweep, str(tmp_path / "new_root"), "print", "demo", dry_run=True,
@@ -469,4 +469,4 @@ def test_a_sweep_trains_no_point_a_results_folder_kept(replicated_root, tmp_path
     trained = sorted(name for name, what in outcome.items() if not what.startswith("skipped"))
     assert trained == ["A_h16,seed=3", "A_h4,seed=3", "base,seed=3"]
     with pytest.raises(Exception, match="holds no records/sweep.json"):
-        report_records.finished_points(tmp_path)
+        archive.finished_points(tmp_path)

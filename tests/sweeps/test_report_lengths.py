@@ -14,8 +14,12 @@ from hypothesis import given, settings, strategies as st
 
 from transformer_jax.data import sources as data_sources
 from transformer_jax.errors import UserError
-from transformer_jax.sweeps import report, report_lengths, report_settings
 from transformer_jax.sweeps.experiment import load_experiment
+from transformer_jax.sweeps.report import (
+    build,
+    lengths as report_lengths,
+    settings as report_settings,
+)
 from transformer_jax.sweeps.run import run_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,10 +81,10 @@ def lengths_root(tmp_path_factory, builtin_data_dir):
 @pytest.mark.slow
 def test_each_bucket_scores_its_own_sentences_and_tests_them_in_pairs(lengths_root, tmp_path):
     root, srcs, refs = lengths_root
-    paths = report.report(root, tmp_path, "attention=dense", by_length="8,40")
+    paths = build.report(root, tmp_path, "attention=dense", by_length="8,40")
     rows = report_lengths.by_length(
-        report_settings.settings(report.collect(root)[1]),
-        next(e for e in report_settings.settings(report.collect(root)[1])
+        report_settings.settings(build.collect(root)[1]),
+        next(e for e in report_settings.settings(build.collect(root)[1])
              if e["setting"] == "attention=dense"),
         srcs, [(1, 8), (9, 40)])
     short = [i for i, s in enumerate(srcs) if len(s.split()) <= 8]

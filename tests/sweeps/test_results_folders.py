@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from transformer_jax.sweeps import report, report_records
+from transformer_jax.sweeps.report import archive, build
 
 RESULTS = Path(__file__).resolve().parents[2] / "experiments" / "results"
-FOLDERS = sorted(p for p in RESULTS.iterdir() if report_records.holds_records(p))
+FOLDERS = sorted(p for p in RESULTS.iterdir() if archive.holds_records(p))
 TABLES = ("results.md", "table3.md")
 
 
@@ -36,7 +36,7 @@ def test_some_folder_keeps_records():
 @pytest.mark.parametrize("folder", FOLDERS, ids=[p.name for p in FOLDERS])
 def test_committed_tables_are_what_compare_recomputes(folder, tmp_path, monkeypatch):
     monkeypatch.chdir(RESULTS.parents[1])  # the folder named as a command names it
-    paths = report.report(folder.relative_to(RESULTS.parents[1]), tmp_path)
+    paths = build.report(folder.relative_to(RESULTS.parents[1]), tmp_path)
     recomputed = {}
     for name in TABLES:
         committed = folder / name

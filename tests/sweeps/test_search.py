@@ -18,16 +18,16 @@ import pytest
 from absl import app  # noqa: F401 -- its flags defined before the commands run here
 
 from transformer_jax.io import workdirs
-from transformer_jax.sweeps import (
+from transformer_jax.sweeps import launchers
+from transformer_jax.sweeps.experiment import load_experiment
+from transformer_jax.sweeps.search import (
     controller as controller_lib,
-    launchers,
+    run as search,
     samplers,
-    search,
     study as study_lib,
     trials as trials_lib,
 )
-from transformer_jax.sweeps.experiment import load_experiment
-from transformer_jax.sweeps.search_spec import Search
+from transformer_jax.sweeps.search.spec import Search
 from transformer_jax.training import stops, studies
 
 from ..gcs_emulator import free_port
@@ -334,9 +334,10 @@ def test_a_pruned_grid_makes_each_point_a_trial(tmp_path, builtin_data_dir):
 
 CONTROLLER = """
 import os, sys, time, json
-from transformer_jax.sweeps import controller, launchers
+from transformer_jax.sweeps import launchers
+from transformer_jax.sweeps.search import controller
 from transformer_jax.sweeps.experiment import load_experiment
-from transformer_jax.sweeps.search_spec import Search
+from transformer_jax.sweeps.search.spec import Search
 from transformer_jax.training import studies
 root, sampler, go = sys.argv[1], sys.argv[2], sys.argv[5]
 trials, asks = int(sys.argv[3]), int(sys.argv[4])

@@ -13,7 +13,7 @@ import pytest
 from transformer_jax import config as config_lib
 from transformer_jax.data import pipeline
 from transformer_jax.io import checkpoints, layout, workdirs
-from transformer_jax.model import params as params_lib
+from transformer_jax.model import counts
 from transformer_jax.model.losses import batch_sums
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import Transformer
@@ -166,7 +166,7 @@ def test_an_accumulating_run_counts_optimizer_steps_and_resumes_exactly(tmp_path
     first = next(r for r in workdirs.read_metric_records(straight)
                  if r["split"] == "train" and r["step"] == 1)
     assert first["tokens_per_s"] / first["steps_per_s"] == pytest.approx(tokens, rel=1e-9)
-    flops = params_lib.train_flops_per_token(model_config, data.shape.row_len)
+    flops = counts.train_flops_per_token(model_config, data.shape.row_len)
     assert first["mfu"] == pytest.approx(flops * first["tokens_per_s"] / TINY_PEAK_FLOPS,
                                          rel=1e-9)
 

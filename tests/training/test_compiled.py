@@ -54,7 +54,7 @@ from jax.sharding import SingleDeviceSharding
 from transformer_jax import config as config_lib
 from transformer_jax.decoding import decode
 from transformer_jax.errors import UserError
-from transformer_jax.model import params as params_lib
+from transformer_jax.model import counts
 from transformer_jax.training import accelerators, compiled, hlo
 
 from ..needs import require
@@ -109,7 +109,7 @@ def compiled_step(variant, dtype, kind, model_parallel, devices, layers=None, au
 
 def params_by_hand(config):
     """The model's parameters, counted here from the architecture and the config's fields
-    (not through params.py): shared embeddings (one table of vocabulary x d, also the output
+    (not through model/counts.py): shared embeddings (one table of vocabulary x d, also the output
     projection, and the output's bias), sinusoidal positions (nothing to learn); an attention
     block's Q, K, V and output matrices (4 d^2) with the query, value and output biases (3 d:
     keys have none, it would add one constant to all of a query's scores); a feed-forward's
@@ -240,7 +240,7 @@ def on_device(tree, device):
 
 def decoding_setup():
     config = paper_config("base", "bfloat16", "sharded", 1)
-    mc = params_lib.model_config_of(config)
+    mc = counts.model_config_of(config)
     device = accelerators.devices_of(accelerators.parse("h100:1"))[0]
     params = on_device(compiled.abstract_state(config).params, device)
     inputs = on_device(jax.ShapeDtypeStruct((SENTENCES, SOURCE_LEN), jnp.int32), device)
@@ -359,7 +359,7 @@ def test_a_cpu_reports_no_limit_and_is_not_checked():
     config = paper_config("base", "float32", "sharded", 1)
     config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=2)
     config.data.vocab_size = 64
-    mc = params_lib.model_config_of(config)
+    mc = counts.model_config_of(config)
     state = create_train_state(config, mc, jax.random.key(0))
     executor = make_executor(config, mc, state, devices=jax.devices()[:1])
     assert compiled.check_fits(executor, state, config, rows=8, row_len=16) is None

@@ -16,7 +16,7 @@ from transformer_jax import config as config_lib
 from transformer_jax.data import sources
 from transformer_jax.evaluation import bleu
 from transformer_jax.io import checkpoints, layout
-from transformer_jax.model import params
+from transformer_jax.model import counts
 from transformer_jax.model.losses import label_smoothed_cross_entropy
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import meters, train
@@ -155,7 +155,7 @@ def test_minutes_apart_checkpoints_and_the_averaged_final_evaluation(
     # checkpoints' parameters, each read alone, averaged here in float64, then decoded by
     # greedy search written out (helpers.greedy_by_hand), not by the loop's code.
     model_config = TransformerConfig.from_config(config.model, ckpts.read_meta(20)["vocab_size"])
-    shapes = params.param_shapes(model_config)
+    shapes = counts.param_shapes(model_config)
     each = [ckpts.restore_params(step, shapes) for step in (4, 8, 12, 16, 20)]
     ckpts.close()
     mean = jax.tree.map(lambda *x: np.mean(np.asarray(x, np.float64), 0).astype(np.float32),

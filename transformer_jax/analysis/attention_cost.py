@@ -21,7 +21,7 @@ from transformer_jax import config as config_lib, paper
 from transformer_jax.errors import DataError, UserError, shown
 from transformer_jax.io import storage, strict_json
 from transformer_jax.io.storage import human_bytes
-from transformer_jax.model import masks, params
+from transformer_jax.model import counts, masks
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import dot_product_attention
 
@@ -38,10 +38,10 @@ def quadratic_bill(lengths: Sequence[int] = BILL_LENGTHS,
     if model_config is None:
         model_config = TransformerConfig.from_config(config_lib.build("base").model,
                                                     paper.VOCAB_SIZE_EN_DE)
-    per_forward = params.attention_matrices_per_forward(model_config)
-    return [{"n": n, "cells": n * n, "head_bytes": params.attention_matrix_bytes(n),
-             "layer_bytes": model_config.num_heads * params.attention_matrix_bytes(n),
-             "matrices": per_forward, "model_bytes": per_forward * params.attention_matrix_bytes(n)}
+    per_forward = counts.attention_matrices_per_forward(model_config)
+    return [{"n": n, "cells": n * n, "head_bytes": counts.attention_matrix_bytes(n),
+             "layer_bytes": model_config.num_heads * counts.attention_matrix_bytes(n),
+             "matrices": per_forward, "model_bytes": per_forward * counts.attention_matrix_bytes(n)}
             for n in lengths]
 
 

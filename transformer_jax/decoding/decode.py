@@ -1,7 +1,7 @@
 """Autoregressive decoding of the model: its step functions, a key/value cache, and a batch
 translated end to end with greedy search, beam search or sampling.
 
-The searches (``search.py``) are written against one step function, ``tokens_to_logits(ids,
+The searches (``beam.py``) are written against one step function, ``tokens_to_logits(ids,
 cache) -> (logits, cache)``: the previous token of every sequence [n] and a cache pytree in,
 the next-token logits [n, V] and the updated cache out. :func:`cached_step` builds it from the
 model: the encoder runs once per batch, every decoder layer keeps the keys and values of its
@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from transformer_jax import config as config_lib
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
 from transformer_jax.decoding import strategies
-from transformer_jax.decoding.search import Phases, StepFn
+from transformer_jax.decoding.loops import Phases, StepFn
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import Transformer, segments_of
 

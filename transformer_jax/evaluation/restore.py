@@ -14,7 +14,7 @@ from transformer_jax.config import resume
 from transformer_jax.data.tokenizer import Tokenizer
 from transformer_jax.errors import UserError
 from transformer_jax.io import checkpoints, layout, storage
-from transformer_jax.model import params as params_lib
+from transformer_jax.model import counts
 from transformer_jax.model.spec import TransformerConfig
 
 
@@ -64,7 +64,7 @@ def load_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDict,
                                     str(ckpts.directory / str(steps[-1])),
                                     str(workdir / layout.CONFIG))
         model_config = TransformerConfig.from_config(config.model, vocab_size)
-        template = params_lib.param_shapes(model_config)
+        template = counts.param_shapes(model_config)
         if average is None:
             params, used, notes = ckpts.average_last(
                 template, config_lib.checkpoints_to_average(config))

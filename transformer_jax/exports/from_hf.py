@@ -179,7 +179,7 @@ def check_run_model(run_config: Any, mc: TransformerConfig, run_path: str) -> No
 def _params(sd: dict[str, np.ndarray], mc: TransformerConfig, weights_path: str) -> Any:
     """Our parameter tree of the safetensors ``sd``; UserError naming the file and the
     tensor that is missing, of another shape than the config's model, or not finite."""
-    from transformer_jax.model import params as params_lib
+    from transformer_jax.model import counts
 
     try:
         params = mapping.from_layers(hf.weights_of(sd, mc), mc)
@@ -190,7 +190,7 @@ def _params(sd: dict[str, np.ndarray], mc: TransformerConfig, weights_path: str)
                         f"({str(e).splitlines()[0][:120]})") from None
     import jax
 
-    wanted = jax.tree_util.tree_leaves_with_path(params_lib.param_shapes(mc))
+    wanted = jax.tree_util.tree_leaves_with_path(counts.param_shapes(mc))
     got = dict(jax.tree_util.tree_leaves_with_path(params))
     for path, spec in wanted:
         name = jax.tree_util.keystr(path, simple=True, separator="/")

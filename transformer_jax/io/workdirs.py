@@ -196,6 +196,15 @@ def read_metrics(workdir: str | os.PathLike) -> dict[str, dict[int, dict[str, An
     return out
 
 
+def latest(records: dict[int, dict[str, Any]], key: str) -> Any:
+    """The value of ``key`` in the latest of ``records`` ({step: record}, as
+    :func:`read_metrics` gives a split's) that has it; None when none has."""
+    for step in sorted(records, reverse=True):
+        if key in records[step]:
+            return records[step][key]
+    return None
+
+
 # ----------------------------------------------------------------------------------------
 # The settings a workdir was trained with
 

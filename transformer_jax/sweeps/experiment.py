@@ -34,7 +34,7 @@ class Sweep:
     to every point at scale "demo"; ``variant`` is that of points that name none. A sweep
     with a ``space`` (:mod:`transformer_jax.sweeps.space`) is a search: each trial samples
     the space and trains the grid's points (one setting, and its seeds) with the values
-    sampled (:mod:`transformer_jax.sweeps.search`).
+    sampled (:mod:`transformer_jax.sweeps.search.run`).
     """
 
     name: str

@@ -44,6 +44,12 @@ def definition(sweep: Sweep, points: Sequence[Point], configs: dict[str, Any], s
                         "config": configs[p.name][0].to_dict()} for p in points]}
 
 
+def write_sweep(root: storage.PathLike, definition: dict[str, Any]) -> None:
+    """Writes ``ROOT/sweep.json`` (:func:`definition`, and a search's record where there is
+    one) whole or not at all: the one writer of the file, for a grid and a search alike."""
+    storage.write_atomically(storage.path(root) / layout.SWEEP, json.dumps(definition, indent=2))
+
+
 def read_sweep(root: storage.PathLike) -> dict[str, Any] | None:
     """``ROOT/sweep.json`` (None when there is none), checked as it is read: an object whose
     text fields are strings and whose points are objects named by one folder of the root

@@ -10,22 +10,21 @@ trains every point at the demo scale of config.SCALES on the built-in corpus.
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
 import shlex
 import sys
 from collections.abc import Collection
 from typing import Any
 
-from transformer_jax.io import layout, storage
-from transformer_jax.sweeps import launchers, records
-from transformer_jax.sweeps.checks import check_flags, check_workdir_model
+from transformer_jax.io import storage
+from transformer_jax.sweeps import launchers, records, start
+from transformer_jax.sweeps.checks import check_flags
 from transformer_jax.sweeps.cpu_peak import shared_cpu_peak
 from transformer_jax.sweeps.experiment import Sweep
-from transformer_jax.sweeps.grid_trials import GridTrials
-from transformer_jax.sweeps.points import point_config, train_args
-from transformer_jax.sweeps.search_spec import Search
-from transformer_jax.sweeps.status import DONE, point_status
+from transformer_jax.sweeps.points import point_config
+from transformer_jax.sweeps.search.grid import GridTrials
+from transformer_jax.sweeps.search.spec import Search
+from transformer_jax.sweeps.status import DONE
 
 
 def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "paper",
@@ -40,8 +39,8 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
     the launcher's commands and changes nothing. ``python`` is the interpreter of the
     commands of a launcher whose points train here (others name ``python``). ``prune`` (a
     Search with a pruner) makes each point a trial of a study in the root, stopped by the
-    pruner when it falls behind (grid_trials.GridTrials). Points named in ``kept`` (the
-    finished runs a results folder keeps records of, report_records.finished_points) are
+    pruner when it falls behind (search/grid.py's GridTrials). Points named in ``kept`` (the
+    finished runs a results folder keeps records of, report/archive.py's finished_points) are
     not trained again, even where their workdirs are gone.
     """
     chosen = check_flags(launcher, scale, parallel)
@@ -52,7 +51,7 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
     records.check_root(root_path, definition)
     if not dry_run:
         storage.check(root_path, "--root")
-        storage.write_atomically(root_path / layout.SWEEP, json.dumps(definition, indent=2))
+        records.write_sweep(root_path, definition)
 
     trials = None
     if prune is not None and not dry_run and chosen.mode != launchers.WRITES:
@@ -60,7 +59,7 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
         trials = GridTrials(sweep, root, prune, chosen, scale, overrides or {})
         definition["search"] = {"prune": prune.prune, "objective": prune.objective,
                                 "study": sweep.name, "storage": prune.storage}
-        storage.write_atomically(root_path / layout.SWEEP, json.dumps(definition, indent=2))
+        records.write_sweep(root_path, definition)
 
     outcome, todo = {}, []
     for point in points:
@@ -70,8 +69,8 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
             logging.info("%s: finished, its record kept in the results folder; skipped",
                          point.name)
             continue
-        status = point_status(root_path / point.name, config.train.num_steps, ask_queue=True)
-        if status.kind in DONE or status.kind == "queued":
+        status = start.standing(root_path / point.name, config, point.name)
+        if not start.to_start(status):
             outcome[point.name] = f"skipped: {status}"
             number = records.read_point(root_path / point.name).get("trial")
             if trials is not None and status.kind in DONE and isinstance(number, int):
@@ -79,7 +78,6 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
             logging.info("%s: %s, skipped", point.name, status)
             chosen.skipped(point, status)
             continue
-        check_workdir_model(root_path / point.name, config, point.name)
         todo.append((point, status))
     peak = {}
     if chosen.trains_here and todo and not dry_run:
@@ -87,39 +85,31 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
         configs.update({p.name: point_config(sweep, p, scale, {**(overrides or {}), **peak})
                         for p, _ in todo})
 
-    pending, numbers = [], {}
-    for point, status in todo:
+    jobs, numbers = [], {}
+    for i, (point, status) in enumerate(todo):
         config, own = configs[point.name]
+        more = {}
         if trials is not None:
-            numbers[point.name] = trials.trial_of(point, root_path / point.name)
+            numbers[point.name] = more["trial"] = trials.trial_of(point, root_path / point.name)
             config, own = point_config(sweep, point, scale, {
                 **(overrides or {}), **peak, **trials.overrides(numbers[point.name])})
-        cmd = chosen.command(sweep, point, train_args(sweep, point, scale, config, own, root),
-                             python if chosen.trains_here else "python")
+        job = start.job(sweep, point, chosen, config, own, root, scale, python, i, len(todo),
+                        **more)
         if dry_run:
-            print(f"# {point.name} ({status}):\n{shlex.join(cmd)}")
+            print(f"# {point.name} ({status}):\n{shlex.join(job.command)}")
             outcome[point.name] = "printed"
         else:
-            pending.append((point, cmd, config))
-    jobs = [launchers.Job(point, root_path / point.name, cmd, config,
-                          {**records.header(sweep, point, chosen.name),
-                           **({"trial": numbers[point.name]} if point.name in numbers else {})},
-                          root_path, i, len(pending))
-            for i, (point, cmd, config) in enumerate(pending)]
-    if chosen.mode != launchers.WRITES:
-        for job in jobs:
-            # Before the run starts: it reads its swept values from here for TensorBoard.
-            records.record_point(job.workdir, {**job.header, **records.point_record(
-                sweep, job.point, job.config)})
+            jobs.append(job)
     if chosen.mode == launchers.RUNS and jobs:
         workers = parallel if chosen.parallel else 1
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(chosen.launch, job): job.point.name for job in jobs}
+            futures = {pool.submit(start.launch, sweep, chosen, job): job.point.name
+                       for job in jobs}
             for future in concurrent.futures.as_completed(futures):
                 outcome[futures[future]] = future.result()
     else:
         for job in jobs:
-            outcome[job.point.name] = chosen.launch(job)
+            outcome[job.point.name] = start.launch(sweep, chosen, job)
     if trials is not None and chosen.mode == launchers.RUNS:
         for job in jobs:
             outcome[job.point.name] += f"; trial {numbers[job.point.name]}: " + trials.tell(

@@ -31,7 +31,7 @@ import numpy as np
 
 from transformer_jax.data import batching
 from transformer_jax.errors import UserError
-from transformer_jax.model import params as params_lib
+from transformer_jax.model import counts
 from transformer_jax.model.losses import BATCH_FIELDS
 from transformer_jax.training.hlo import all_reduced_elements, hlo_modules, matmul_flops, xla_flops
 from transformer_jax.training.step import create_train_state, make_executor
@@ -97,7 +97,7 @@ def row_len_of(config: ml_collections.ConfigDict) -> int:
 
 def abstract_state(config: ml_collections.ConfigDict) -> Any:
     """The train state of ``config`` as ShapeDtypeStructs (nothing allocated)."""
-    model_config = params_lib.model_config_of(config)
+    model_config = counts.model_config_of(config)
     return jax.eval_shape(lambda: create_train_state(config, model_config, jax.random.key(0)))
 
 
@@ -133,7 +133,7 @@ def lower_train_step(config: ml_collections.ConfigDict, devices: Sequence[jax.De
     processes = len({d.process_index for d in devices})
     rows = rows or batch_rows(config, len(devices), processes)
     state = abstract_state(config)
-    model_config = params_lib.model_config_of(config)
+    model_config = counts.model_config_of(config)
     executor = make_executor(config, model_config, state, devices=devices)
     args = _lower_args(executor, state, rows, row_len_of(config),
                        config.optim.grad_accum_steps)
@@ -186,10 +186,10 @@ def train_step(config: ml_collections.ConfigDict, devices: Sequence[jax.Device],
 
 
 def model_flops(config: ml_collections.ConfigDict, tokens: int) -> float:
-    """:mod:`transformer_jax.model.params`' training FLOPs for ``tokens`` target tokens
+    """:mod:`transformer_jax.model.counts`' training FLOPs for ``tokens`` target tokens
     (source as many), all devices together."""
-    model_config = params_lib.model_config_of(config)
-    return float(params_lib.train_flops_per_token(model_config, row_len_of(config))) * tokens
+    model_config = counts.model_config_of(config)
+    return float(counts.train_flops_per_token(model_config, row_len_of(config))) * tokens
 
 
 def usable_bytes(device_bytes: int, platform: str, mem_fraction: float | None = None) -> int:

@@ -1,6 +1,6 @@
 """What a compiled program does, read from its HLO modules: the FLOPs of its matrix products
 (``dot`` instructions, the GPU's cuBLAS calls, the convolutions a TPU turns them into, each
-times the trip count of the loops it sits in), which is what :mod:`transformer_jax.model.params`
+times the trip count of the loops it sits in), which is what :mod:`transformer_jax.model.counts`
 counts (6 FLOPs a parameter a token, and attention's two products); XLA's own cost analysis,
 with the elementwise work too; and the elements its all-reduces sum over devices.
 ``Compiled.cost_analysis()`` gives nothing for a compile-only GPU executable, so XLA's figure is

@@ -16,7 +16,7 @@ import numpy as np
 
 from transformer_jax.evaluation.perplexity import perplexity
 from transformer_jax.io import layout, metric_keys, storage
-from transformer_jax.model import params as params_lib
+from transformer_jax.model import counts
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import hardware
 
@@ -55,7 +55,7 @@ class MfuMeter:
                  num_devices: int, probe: Callable[[], float] | None = None,
                  reprobe: Callable[[], float] | None = None, row_len: int = 0):
         # Attention's FLOPs follow the rows trained on (row_len; 0: data.max_len).
-        self.flops_per_token = params_lib.train_flops_per_token(
+        self.flops_per_token = counts.train_flops_per_token(
             model_config, row_len or config.data.max_len)
         peak, self.source = hardware.peak_flops_per_device(config.train.peak_flops,
                                                            config.model.dtype, probe)

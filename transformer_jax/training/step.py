@@ -15,8 +15,8 @@ import optax
 from flax.training import train_state
 
 from transformer_jax.model import dropout
+from transformer_jax.model.counts import init_params
 from transformer_jax.model.losses import batch_sums, label_smoothed_cross_entropy, model_inputs
-from transformer_jax.model.params import init_params
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import Transformer
 from transformer_jax.training import parallel, schedules

@@ -36,7 +36,7 @@ from transformer_jax.io import (
     workdirs,
 )
 from transformer_jax.io.logs import MetricWriter
-from transformer_jax.model import params as params_lib
+from transformer_jax.model import counts
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import compiled, faults, parallel, pruners, results, schedules, stops
 from transformer_jax.training.meters import CheckpointClock, LogWindow, MfuMeter, Profile
@@ -385,7 +385,7 @@ class Run:
         if wanted == 1:
             return self.executor.params(self.state), [self.saved_step]
         params, steps, notes = self.ckpts.average_last(
-            params_lib.param_shapes(self.model_config), wanted)
+            counts.param_shapes(self.model_config), wanted)
         logging.info("evaluating the mean of checkpoints %s", ", ".join(map(str, steps)))
         for note in notes:
             logging.warning("warning: %s", note)

@@ -28,8 +28,8 @@ import numpy as np
 from scipy import stats
 
 from transformer_jax.evaluation import sentence_stats, significance
-from transformer_jax.sweeps import report_records
-from transformer_jax.sweeps.report_verdicts import p_text, verdict
+from transformer_jax.sweeps.report import archive
+from transformer_jax.sweeps.report.verdicts import p_text, verdict
 
 HERE = Path(__file__).resolve().parent
 RUNS = HERE.parent / "heads_ablation_demo"
@@ -41,7 +41,7 @@ OLD_SAMPLES, OLD_SEED = 1000, 12345
 
 def base_runs() -> dict[int, dict[str, np.ndarray]]:
     """{seed: sentence statistics} of the base model's finished runs."""
-    _, rows = report_records.read(RUNS)
+    _, rows = archive.read(RUNS)
     return {r["seed"]: r["sentence_stats"] for r in rows
             if r["setting"] == "base" and r["kind"] == "finished"}
 

@@ -24,7 +24,7 @@ from experiments.results.lr_warmup_protocol_demo.against_grid import (
     full_runs,
     spent,
 )
-from transformer_jax.sweeps import report_settings
+from transformer_jax.sweeps.report import settings as report_settings
 
 GRID_VALUES_A_FIELD = 3
 

@@ -22,7 +22,8 @@ import json
 import sys
 from pathlib import Path
 
-from transformer_jax.sweeps import report, report_settings, search_status, study as study_lib
+from transformer_jax.sweeps.report import build, settings
+from transformer_jax.sweeps.search import progress, study as study_lib
 
 GRID_RUNS = Path(__file__).parents[1] / "lr_warmup_demo" / "results.csv"
 
@@ -70,7 +71,7 @@ def pace(rows: list[dict], runs: int) -> float | None:
 def grid_best(rows: list[dict]) -> dict:
     """The setting of the lowest mean validation perplexity among the fully seeded ones of a
     root's ``rows``."""
-    sets = [s for s in report_settings.settings(rows) if s["dev_ppl"]]
+    sets = [s for s in settings.settings(rows) if s["dev_ppl"]]
     most = max(s["n"] for s in sets)
     return min((s for s in sets if s["n"] == most), key=lambda s: s["dev_ppl"][0])
 
@@ -78,22 +79,22 @@ def grid_best(rows: list[dict]) -> dict:
 def confirmed_best(root: str) -> tuple[dict | None, dict, list[dict]]:
     """(the search's confirmed best setting in the report's terms, or None where no trial
     completed; sweep.json's search record; every run's row)."""
-    definition, rows = report.collect(root)
+    definition, rows = build.collect(root)
     record = definition["search"]
     study = study_lib.load_study(record["study"], study_lib.storage_url(root,
                                                                         record["storage"]))
-    ranked = search_status.ranking(study.get_trials(deepcopy=False), record["direction"],
+    ranked = progress.ranking(study.get_trials(deepcopy=False), record["direction"],
                                    record["seeds"], per_seed=True)
     if not ranked:
         return None, record, rows
     best = ranked[0]
     prefix = f"trial={best.named},"
-    (entry,) = [s for s in report_settings.settings(rows) if s["setting"].startswith(prefix)]
+    (entry,) = [s for s in settings.settings(rows) if s["setting"].startswith(prefix)]
     return entry, record, rows
 
 
 def main(grid_root: str, *search_roots: str) -> dict:
-    grid_rows = report.collect(grid_root)[1]
+    grid_rows = build.collect(grid_root)[1]
     grid = grid_best(grid_rows)
     ppl, std = grid["dev_ppl"][:2]
     print(f"grid best {grid['setting']}: validation PPL {ppl:.3f} ± {std:.3f}, test BLEU "
@@ -120,14 +121,14 @@ def main(grid_root: str, *search_roots: str) -> dict:
                   f"{cost_line(phases, cost)}")
             out["searches"][root] = {"setting": None, "met": False, **used}
             continue
-        test = report_settings.bleu_test(entry, grid)
+        test = settings.bleu_test(entry, grid)
         within = abs(entry["dev_ppl"][0] - ppl) <= 2 * std
         met = not test.get("significant") or test["delta"] >= 0
         print(f"{root}: best {entry['setting']} (n={entry['n']}): validation PPL "
               f"{entry['dev_ppl'][0]:.3f} ± {entry['dev_ppl'][1] or 0:.3f} "
               f"({'within' if within else 'outside'} the grid best's ± 2 std), test BLEU "
               f"{entry['test_bleu'][0]:.1f} ± {entry['test_bleu'][1] or 0:.1f}; against the "
-              f"grid's best: {report_settings.bleu_test_text(test)} "
+              f"grid's best: {settings.bleu_test_text(test)} "
               f"({'met' if met and within else 'not met'}); {cost_line(phases, cost)}; "
               f"sampler: {record.get('sampler_chosen')}")
         out["searches"][root] = {"setting": entry["setting"], "ppl": entry["dev_ppl"][:2],

@@ -8,7 +8,7 @@ in a directory of ``TRANSFORMER_JAX_STRATEGIES``. A strategy module defines:
 * ``search(step, cache, key, max_lengths, max_len, decoding, eos_id, phases)``: the output
   ids [b, max_len] (tokens, EOS, then padding) of the step function ``step`` (rows of
   ``decoding.beam_size`` hypotheses a sentence with the ``beams`` trait, one otherwise; see
-  ``decoding/search.py``), with the settings of ``decoding`` (a ``decode.DecodeConfig``);
+  ``decoding/loops.py``), with the settings of ``decoding`` (a ``decode.DecodeConfig``);
 * ``describe(decoding)``: its settings in a few words ("beam 4, alpha 0.6"), ``decoding``
   the decode section as a mapping.
 

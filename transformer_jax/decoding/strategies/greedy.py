@@ -7,7 +7,7 @@ from typing import Any
 
 import jax
 
-from transformer_jax.decoding.search import Phases, StepFn, greedy_search
+from transformer_jax.decoding.loops import Phases, StepFn, greedy_search
 from transformer_jax.decoding.strategies import Traits
 
 TRAITS = Traits(beams=False)

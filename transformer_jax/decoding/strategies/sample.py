@@ -9,7 +9,7 @@ from typing import Any
 
 import jax
 
-from transformer_jax.decoding.search import Phases, StepFn, sample_search
+from transformer_jax.decoding.loops import Phases, StepFn, sample_search
 from transformer_jax.decoding.strategies import Traits
 
 TRAITS = Traits(beams=False)

@@ -4,8 +4,8 @@ below a few hundred trials of numeric parameters; it needs PyTorch."""
 
 import optuna
 
-from transformer_jax.sweeps.samplers import Budget, Sampler
-from transformer_jax.sweeps.samplers._optuna import Sobol, Staged, quiet
+from transformer_jax.sweeps.search.samplers import Budget, Sampler
+from transformer_jax.sweeps.search.samplers._optuna import Sobol, Staged, quiet
 
 
 class Gp(Sampler):

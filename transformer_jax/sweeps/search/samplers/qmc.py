@@ -3,8 +3,8 @@ which covers the space more evenly than random draws; the tuning playbook's expl
 
 import optuna
 
-from transformer_jax.sweeps.samplers import Budget, Sampler
-from transformer_jax.sweeps.samplers._optuna import Sobol
+from transformer_jax.sweeps.search.samplers import Budget, Sampler
+from transformer_jax.sweeps.search.samplers._optuna import Sobol
 
 
 class QuasiRandom(Sampler):

@@ -1,14 +1,14 @@
 """A search's controller: asks the study for work, trains it with the launcher, tells the
 study the result; several controllers, on one machine or many, share one study.
 
-A trial is one of two kinds of work (its ``phase``, sweeps/study.py):
+A trial is one of two kinds of work (its ``phase``, study.py):
 
 * **exploring**: a setting drawn by the sampler, trained on the sweep's first seed alone
   (with ``--confirm=0``, or a sweep of one seed, on each of its seeds), and judged by the
   pruner at each evaluation from the first rung on; ``--trials`` of them;
 * **confirming**: once every exploring trial has ended, each of the ``--confirm`` best
   completed settings is trained on each remaining seed, one trial a run, never pruned; the
-  settings are then ranked on their mean over all seeds (sweeps/search_status.py). Where
+  settings are then ranked on their mean over all seeds (progress.py). Where
   fewer than ``--confirm`` completed, the best pruned ones are *promoted* to fill the places
   (ASHA's promotion of a paused trial): ranked on the latest step they reported, then on
   their value there, each is confirmed on every seed, its first seed's run resumed from the
@@ -25,7 +25,6 @@ so is a trial's copy.
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
 import statistics
 import threading
@@ -35,21 +34,13 @@ from typing import Any
 
 import optuna
 
-from transformer_jax.io import layout, metric_keys, storage, workdirs
-from transformer_jax.sweeps import (
-    hyper,
-    launchers,
-    records,
-    report_metrics,
-    samplers,
-    study as study_lib,
-)
-from transformer_jax.sweeps.checks import check_workdir_model
+from transformer_jax.io import metric_keys, storage, workdirs
+from transformer_jax.sweeps import hyper, launchers, records, start
 from transformer_jax.sweeps.experiment import Point, Sweep
-from transformer_jax.sweeps.points import point_config, train_args
-from transformer_jax.sweeps.search_spec import Search
-from transformer_jax.sweeps.status import DONE, point_status
-from transformer_jax.sweeps.trials import (
+from transformer_jax.sweeps.points import point_config
+from transformer_jax.sweeps.search import samplers, study as study_lib
+from transformer_jax.sweeps.search.spec import Search
+from transformer_jax.sweeps.search.trials import (
     best_explored,
     confirming,
     known_points,
@@ -57,6 +48,7 @@ from transformer_jax.sweeps.trials import (
     promoted,
     seed_names,
 )
+from transformer_jax.sweeps.status import DONE, point_status
 from transformer_jax.training import stops
 
 State = optuna.trial.TrialState
@@ -68,7 +60,7 @@ def objective_value(workdir: storage.Path, key: str) -> float | None:
     if final.get(key) is not None:
         return float(final[key])
     evals = workdirs.read_metrics(workdir).get(metric_keys.EVAL, {})
-    value = report_metrics.Run(True, final, {}, evals).last_eval(key)
+    value = workdirs.latest(evals, key)
     return None if value is None else float(value)
 
 
@@ -261,8 +253,7 @@ class Controller:
             definition["swept"] = [*(d.field for d in self.sweep.space), *(
                 f for f in definition["swept"] if f in hyper.SEED_LIKE)]
             definition["search"] = search_record(self.sweep, self.search, self.budget)
-            storage.write_atomically(self.root_path / layout.SWEEP,
-                                     json.dumps(definition, indent=2))
+            records.write_sweep(self.root_path, definition)
 
     # -- one trial ------------------------------------------------------------------------
     def run_trial(self, number: int, index: int) -> str:
@@ -279,23 +270,14 @@ class Controller:
             if confirm_run and stops.reopen(workdir, stops.PRUNED):
                 logging.info("%s: trial %d resumes %s, pruned while exploring, to the end",
                              self.sweep.name, number, point.name)
-            status = point_status(workdir, config.train.num_steps, ask_queue=True)
+            status = start.standing(workdir, config, point.name)
             if status.kind in DONE:
                 if status.kind != "finished":
                     break
                 continue
-            if status.kind != "queued":
-                check_workdir_model(workdir, config, point.name)
-                cmd = self.chosen.command(self.sweep, point, train_args(
-                    self.sweep, point, self.scale, config, own, self.root),
-                    self.python if self.chosen.trains_here else "python")
-                header = {**records.header(self.sweep, point, self.chosen.name),
-                          "trial": number, "study": self.sweep.name}
-                job = launchers.Job(point, workdir, cmd, config, header, self.root_path,
-                                    index, self.search.trials)
-                records.record_point(workdir, {**header, **records.point_record(
-                    self.sweep, point, config)})
-                outcome = self.chosen.launch(job)
+            if start.to_start(status):
+                outcome = start.launch(self.sweep, self.chosen, self._job(
+                    point, config, own, number, index, self.search.trials))
                 if outcome.startswith("failed") and self.chosen.mode == launchers.SUBMITS:
                     return outcome
             if self.chosen.mode == launchers.SUBMITS:
@@ -303,6 +285,11 @@ class Controller:
             if point_status(workdir, config.train.num_steps).kind in ("pruned", "diverged"):
                 break
         return self.tell(number, points)
+
+    def _job(self, point: Point, config: Any, own: Any, number: int, index: int,
+             total: int) -> launchers.Job:
+        return start.job(self.sweep, point, self.chosen, config, own, self.root, self.scale,
+                         self.python, index, total, trial=number, study=self.sweep.name)
 
     def _wait_for_queue(self, workdir: storage.Path, num_steps: int) -> None:
         while point_status(workdir, num_steps, ask_queue=True).kind == "queued":
@@ -373,10 +360,8 @@ class Controller:
                 break
             for point in self.points(number):
                 config, own = self.config(point, number)
-                cmd = self.chosen.command(self.sweep, point, train_args(
-                    self.sweep, point, self.scale, config, own, self.root))
-                self.chosen.launch(launchers.Job(point, self.root_path / point.name, cmd,
-                                                 config, {}, self.root_path, index, parallel))
+                start.launch(self.sweep, self.chosen,
+                             self._job(point, config, own, number, index, parallel))
             outcome[f"trial={number}"] = "printed"
         self.chosen.write(f"# a search needs a running controller: these are its first "
                           f"{len(outcome)} trials; run the sweep with a launcher that runs or "

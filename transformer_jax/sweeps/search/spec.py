@@ -8,7 +8,7 @@ import dataclasses
 from transformer_jax import config as config_lib
 from transformer_jax.errors import UserError, shown
 from transformer_jax.io import metric_keys
-from transformer_jax.sweeps import samplers
+from transformer_jax.sweeps.search import samplers
 from transformer_jax.training import pruners, studies
 
 # The pruner of a search that names none: the config's (config/defaults.py), its one place.
@@ -29,7 +29,7 @@ AGAINST_LIKELIHOOD = ("train.label_smoothing",)
 
 @dataclasses.dataclass(frozen=True)
 class Search:
-    """How a sweep searches: its ``sampler`` (a module of sweeps/samplers/; "auto" chooses),
+    """How a sweep searches: its ``sampler`` (a module of sweeps/search/samplers/; "auto" chooses),
     ``trials`` explored, the study's ``storage`` (a SQLAlchemy URL; "" for the journal file in
     the root), the ``objective`` (metric_keys.OBJECTIVES), the ``prune`` (a module of
     training/pruners/), the settings to ``confirm`` on the sweep's remaining seeds after

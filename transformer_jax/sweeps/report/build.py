@@ -7,7 +7,7 @@ Reads the sweep's root (``sweep.json`` from ``python -m transformer_jax.sweep``;
 every subdirectory holding a run) and writes to ``--out`` (default: the root):
 
 * ``results.csv`` -- one row per run (its setting and seed): config, parameters, steps, wall
-  and CPU time, its figures (:mod:`transformer_jax.sweeps.report_metrics`: tokens/s, final
+  and CPU time, its figures (:mod:`transformer_jax.sweeps.report.metrics`: tokens/s, final
   validation loss and perplexity, validation BLEU (the last logged), test BLEU...), the
   code it was trained with, and the paper's Table 3 PPL, BLEU and parameters for its
   variant;
@@ -20,19 +20,19 @@ every subdirectory holding a run) and writes to ``--out`` (default: the root):
 * ``dev_vs_<parameter>.png`` -- validation perplexity and BLEU against the swept value: each
   setting's mean with a ±1 std error bar, every seed's own point, and the paper's;
 * for a search, its best trials in results.md and Optuna's plots of its study
-  (:mod:`transformer_jax.sweeps.search_report`): each trial is a setting, its seeds
+  (:mod:`transformer_jax.sweeps.search.summary`): each trial is a setting, its seeds
   summarised and tested as any setting's;
 * ``table3.md`` -- for a sweep of Table 3's variants against the base model, each variant's
   change in perplexity and BLEU beside the paper's and whether the direction agrees
-  (:mod:`transformer_jax.sweeps.report_table3`);
+  (:mod:`transformer_jax.sweeps.report.table3`);
 * with ``--by_length=16,24,32``, test BLEU in buckets of source length with the same paired
-  test within each bucket, and its plot (:mod:`transformer_jax.sweeps.report_lengths`).
+  test within each bucket, and its plot (:mod:`transformer_jax.sweeps.report.lengths`).
 
 A run that is missing, unfinished or failed is marked as such in the tables and plots and
 left out of its setting's statistics; it never stops the report. This module reads the runs
 into rows and writes the files; the settings over seeds and their tests are
-:mod:`transformer_jax.sweeps.report_settings`'s, results.md
-:mod:`transformer_jax.sweeps.report_markdown`'s.
+:mod:`transformer_jax.sweeps.report.settings`'s, results.md
+:mod:`transformer_jax.sweeps.report.markdown`'s.
 """
 
 from __future__ import annotations
@@ -46,17 +46,17 @@ from transformer_jax import config as config_lib, paper
 from transformer_jax.errors import UserError
 from transformer_jax.io import layout, metric_keys, provenance, storage
 from transformer_jax.io.workdirs import read_final, read_metrics, read_object
-from transformer_jax.sweeps import (
-    records,
-    report_lengths,
-    report_markdown,
-    report_metrics,
-    report_records,
-    report_table3,
-    search_report,
+from transformer_jax.sweeps import records
+from transformer_jax.sweeps.report import (
+    archive,
+    lengths,
+    markdown as report_markdown,
+    metrics as report_metrics,
+    table3 as report_table3,
 )
-from transformer_jax.sweeps.plots import plot_against_value, plot_losses
-from transformer_jax.sweeps.report_settings import choose_baseline, comparisons, settings
+from transformer_jax.sweeps.report.plots import plot_against_value, plot_losses
+from transformer_jax.sweeps.report.settings import choose_baseline, comparisons, settings
+from transformer_jax.sweeps.search import summary
 from transformer_jax.sweeps.status import point_status
 
 # The config fields of the paper's Table 3 (config.QUANTITIES), as (column, section, field).
@@ -65,7 +65,7 @@ CONFIG_COLUMNS = tuple((column, *field.split("."))
 
 
 def columns() -> tuple[str, ...]:
-    """The columns of results.csv: the run, its config, its figures (report_metrics), the
+    """The columns of results.csv: the run, its config, its figures (metrics.py), the
     paper's and where it ran."""
     return ("point", "setting", "seed", "variant", "value",
             *(c for c, _, _ in CONFIG_COLUMNS), "status", "params", "steps", "num_steps",
@@ -76,12 +76,12 @@ def columns() -> tuple[str, ...]:
 def count_params(config: dict[str, Any], workdir: storage.Path) -> int | None:
     """Parameters of the point's model, with the vocabulary it trained (or its config's)."""
     from transformer_jax.data.tokenizer import Tokenizer
-    from transformer_jax.model import params
+    from transformer_jax.model import counts
 
     vocab_file = workdir / layout.VOCAB / layout.VOCAB_MODEL
     try:
         vocab = Tokenizer(vocab_file).vocab_size if vocab_file.exists() else None
-        return params.num_params(ml_collections.ConfigDict(config), vocab)
+        return counts.num_params(ml_collections.ConfigDict(config), vocab)
     except (KeyError, TypeError, ValueError, AttributeError, OSError, RuntimeError,
             ArithmeticError):  # a config of the past, or damaged: no count, not a stop
         return None
@@ -249,42 +249,42 @@ def report(root: storage.PathLike, out: storage.PathLike | None = None,
            ) -> dict[str, storage.Path]:
     """Writes the report of the sweep in ``root`` to ``out``; returns {what: path}. With
     ``by_length`` (bucket edges, "16,24,32") also test BLEU by source length
-    (:mod:`transformer_jax.sweeps.report_lengths`)."""
+    (:mod:`transformer_jax.sweeps.report.lengths`)."""
     root = storage.path(root)
     out = storage.path(out or root)
-    from_records = report_records.holds_records(root) and not records.read_sweep(root)
+    from_records = archive.holds_records(root) and not records.read_sweep(root)
     if from_records:  # a results folder: every table from its records alone
-        definition, rows = report_records.read(root)
+        definition, rows = archive.read(root)
     else:
         definition, rows = collect(root)
-        if report_records.holds_records(out):
-            definition, rows = report_records.combine(definition, rows,
-                                                      *report_records.read(out))
+        if archive.holds_records(out):
+            definition, rows = archive.combine(definition, rows,
+                                                      *archive.read(out))
     sets = settings(rows)
     base = choose_baseline(sets, baseline)
     tests = comparisons(sets, base)
     out.mkdir(parents=True, exist_ok=True)
     if not from_records or out != root:
-        report_records.write(out, _kept_definition(definition), rows)
+        archive.write(out, _kept_definition(definition), rows)
     parameter = definition.get("parameter", "value")
     paths = {"csv": out / "results.csv", "markdown": out / "results.md",
              "loss_curves": out / "loss_curves.png",
              "against_value": out / f"dev_vs_{parameter}.png"}
-    study = search_report.study_of(definition, storage.path(root))
-    more = search_report.best_trials(study, definition) if study is not None else []
+    study = summary.study_of(definition, storage.path(root))
+    more = summary.best_trials(study, definition) if study is not None else []
     write_csv(rows, paths["csv"])
     storage.write_atomically(paths["markdown"], report_markdown.markdown(
         definition, rows, sets, base, tests, more, _shown(root if from_records else out)))
     plot_losses(definition, rows, paths["loss_curves"])
     plot_against_value(definition, sets, paths["against_value"])
     if study is not None:
-        paths.update(search_report.write_plots(study, out))
+        paths.update(summary.write_plots(study, out))
     if report_table3.applies(sets, base):
         paths["table3"] = out / "table3.md"
         cpu = sum(r["cpu_s"] or 0.0 for r in rows) / 60 or None
         storage.write_atomically(paths["table3"], report_table3.markdown(
             definition, report_table3.rows(sets, base, tests), base, cpu))
     if by_length:
-        paths.update(report_lengths.write(out, definition, definition.get("points") or [],
+        paths.update(lengths.write(out, definition, definition.get("points") or [],
                                           sets, base, by_length))
     return paths

@@ -1,5 +1,5 @@
 """results.md, the comparison report's Markdown: where and when the sweep ran, the settings
-with their spread, each against the baseline (report_verdicts.py), the best mean of each
+with their spread, each against the baseline (verdicts.py), the best mean of each
 figure, every run, the code and versions they trained with, and notes on how to read it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from transformer_jax.sweeps import report_metrics, report_verdicts
-from transformer_jax.sweeps.report_settings import choose_baseline, settings
+from transformer_jax.sweeps.report import metrics as report_metrics, verdicts
+from transformer_jax.sweeps.report.settings import choose_baseline, settings
 
 
 def code_differences(rows: Sequence[dict[str, Any]]) -> list[str]:
@@ -113,7 +113,7 @@ def markdown(definition: dict[str, Any], rows: Sequence[dict[str, Any]],
                  *(_spread(e[m.name], m.digits) for m in summarised),
                  _number(e["paper_ppl"], 2), _number(e["paper_bleu"], 1)]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", *report_verdicts.section(tests, baseline["setting"], definition,
+    lines += ["", *verdicts.section(tests, baseline["setting"], definition,
                                                  folder)]
     lines += _best(sets, summarised)
     lines += ["", *more] if more else []

@@ -10,10 +10,11 @@ from typing import Any
 import optuna
 
 from transformer_jax.io import storage, workdirs
-from transformer_jax.sweeps import records, study as study_lib
+from transformer_jax.sweeps import records
 from transformer_jax.sweeps.experiment import Sweep
-from transformer_jax.sweeps.search_spec import Search
-from transformer_jax.sweeps.trials import (
+from transformer_jax.sweeps.search import study as study_lib
+from transformer_jax.sweeps.search.spec import Search
+from transformer_jax.sweeps.search.trials import (
     best_explored,
     confirming,
     known_points,

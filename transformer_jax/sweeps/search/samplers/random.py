@@ -2,7 +2,7 @@
 
 import optuna
 
-from transformer_jax.sweeps.samplers import Budget, Sampler
+from transformer_jax.sweeps.search.samplers import Budget, Sampler
 
 
 class Random(Sampler):

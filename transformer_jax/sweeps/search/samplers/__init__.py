@@ -1,6 +1,6 @@
 """Samplers: how a search draws its trials' values, one module a sampler, found by name.
 
-``--search=NAME`` is the module ``transformer_jax.sweeps.samplers.NAME``; its ``SAMPLER`` (a
+``--search=NAME`` is the module ``transformer_jax.sweeps.search.samplers.NAME``; its ``SAMPLER`` (a
 :class:`Sampler`) builds the Optuna sampler for a :class:`Budget` (the trials, the space,
 the start-up trials sized to them, the search's seed). Its traits are data: ``needs`` (the
 Python packages it imports: a sampler whose packages are missing is refused in one line that
@@ -27,7 +27,7 @@ import optuna
 
 from transformer_jax import plugins
 from transformer_jax.errors import UserError
-from transformer_jax.sweeps.samplers._optuna import Seeded
+from transformer_jax.sweeps.search.samplers._optuna import Seeded
 from transformer_jax.sweeps.space import Dimension
 
 # Start-up trials: a quarter of the budget, so that most trials are guided by the model, but

@@ -8,8 +8,8 @@ sample beside the same best trial). Its start-up trials are Sobol points, not ra
 
 import optuna
 
-from transformer_jax.sweeps.samplers import Budget, Sampler
-from transformer_jax.sweeps.samplers._optuna import Sobol, Staged, quiet
+from transformer_jax.sweeps.search.samplers import Budget, Sampler
+from transformer_jax.sweeps.search.samplers._optuna import Sobol, Staged, quiet
 
 
 class Tpe(Sampler):

@@ -1,7 +1,7 @@
 """A search's trials as the sweep sees them: the points a trial trains and how their workdirs
 are named, whether the search confirms its best settings on more seeds, and which explored
 trials it confirms (pruned ones promoted where too few completed). The controller runs them,
-the status counts them (sweeps/search_status.py)."""
+the status counts them (progress.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any
 
 import optuna
 
-from transformer_jax.sweeps import hyper, space, study as study_lib
+from transformer_jax.sweeps import hyper, space
 from transformer_jax.sweeps.experiment import Point, Sweep
-from transformer_jax.sweeps.search_spec import Search
+from transformer_jax.sweeps.search import study as study_lib
+from transformer_jax.sweeps.search.spec import Search
 
 State = optuna.trial.TrialState
 
@@ -50,7 +51,7 @@ def confirming(sweep: Sweep, search: Search) -> bool:
 
 
 def points_of(sweep: Sweep, search: Search, trial: optuna.trial.FrozenTrial) -> list[Point]:
-    """The points a trial trains: its seed's, or every seed's (sweeps/controller.py's
+    """The points a trial trains: its seed's, or every seed's (controller.py's
     docstring)."""
     points = trial_points(sweep, study_lib.named(trial), space.values(trial, sweep.space))
     if study_lib.phase(trial) == study_lib.CONFIRM:

@@ -12,7 +12,7 @@ from typing import Any
 import optuna
 
 from transformer_jax.io import layout, storage
-from transformer_jax.sweeps import search_status, study as study_lib
+from transformer_jax.sweeps.search import progress, study as study_lib
 
 BEST_SHOWN = 5  # the best trials listed in the report
 
@@ -47,7 +47,7 @@ def best_trials(study: optuna.Study, definition: dict[str, Any]) -> list[str]:
              f"{direction}d, {how}; pruner {record['prune']}. "
              f"{len(trials)} trials: " + ", ".join(f"{n} {k}" for k, n in states.items())
              + ".", ""]
-    ranked = search_status.ranking(trials, direction, seeds, per_seed)
+    ranked = progress.ranking(trials, direction, seeds, per_seed)
     if not ranked:
         return [*lines, "No trial has completed yet."]
     fields = list(ranked[0].params)

@@ -8,11 +8,11 @@ the remaining seeds and rank them on the mean.
         [--objective=perplexity|bleu|...] [--search_seed=N] [--storage=postgresql://...] \
         [--parallel=P] [--launcher=local|slurm|tpu|print]
 
-The rooms: the flags' spec (search_spec.py), the study and the claims on its trials
+The rooms: the flags' spec (spec.py), the study and the claims on its trials
 (study.py), a trial's points and which trials are confirmed (trials.py), the controller that
 asks, trains and tells (controller.py), the samplers (samplers/) and pruners
-(training/pruners/), one module each, the status (search_status.py), a pruned grid's trials
-(grid_trials.py), the report's section (search_report.py). This module checks a search and
+(training/pruners/), one module each, the status (progress.py), a pruned grid's trials
+(grid.py), the report's section (summary.py). This module checks a search and
 starts its controller.
 
 A trial is one setting of the space trained in ``ROOT/trial=N,FIELD=VALUE,...[,seed=S]``; its
@@ -38,21 +38,15 @@ import optuna
 
 from transformer_jax.errors import UserError
 from transformer_jax.io import storage
-from transformer_jax.sweeps import (
-    launchers,
-    records,
-    samplers,
-    search_status,
-    space,
-    study as study_lib,
-)
+from transformer_jax.sweeps import launchers, records, space
 from transformer_jax.sweeps.checks import check_flags
-from transformer_jax.sweeps.controller import Controller, search_overrides
 from transformer_jax.sweeps.cpu_peak import shared_cpu_peak
 from transformer_jax.sweeps.experiment import Sweep
 from transformer_jax.sweeps.points import point_config, train_args
-from transformer_jax.sweeps.search_spec import Search
-from transformer_jax.sweeps.trials import confirming, known_points, trial_points
+from transformer_jax.sweeps.search import progress, samplers, study as study_lib
+from transformer_jax.sweeps.search.controller import Controller, search_overrides
+from transformer_jax.sweeps.search.spec import Search
+from transformer_jax.sweeps.search.trials import confirming, known_points, trial_points
 from transformer_jax.training import studies
 
 
@@ -137,7 +131,7 @@ def status_lines(sweep: Sweep, root: str, search: Search, scale: str = "paper",
     config = point_config(sweep, sweep.points()[0], scale, overrides)[0]
     trials = study.get_trials(deepcopy=False)
     per_seed = confirming(sweep, search)
-    return [*lines, search_status.phase_line(sweep, search, trials),
-            search_status.compute_line(sweep, root, search, study, config.train.num_steps,
+    return [*lines, progress.phase_line(sweep, search, trials),
+            progress.compute_line(sweep, root, search, study, config.train.num_steps,
                                        config.search.min_steps or config.train.eval_every),
-            *search_status.best_lines(study, search, len(sweep.points()), per_seed)]
+            *progress.best_lines(study, search, len(sweep.points()), per_seed)]

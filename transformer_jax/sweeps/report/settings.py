@@ -2,8 +2,8 @@
 only in their seed grouped, each summarised figure's mean ± std over the finished seeds, the
 baseline chosen, and each setting against the baseline on validation perplexity, test BLEU
 and test chrF with the training run as the unit (evaluation/significance.py). The
-comparison report (report.py), its Table 3 verdicts (report_table3.py) and BLEU by length
-(report_lengths.py) read them."""
+comparison report (build.py), its Table 3 verdicts (table3.py) and BLEU by length
+(lengths.py) read them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import numpy as np
 
 from transformer_jax.errors import UserError
 from transformer_jax.evaluation import sentence_stats, significance
-from transformer_jax.sweeps import report_metrics
+from transformer_jax.sweeps.report import metrics
 
 SIGNIFICANCE_LEVEL = significance.ALPHA
 
@@ -34,7 +34,7 @@ def mean_std(values: Sequence[float]) -> tuple[float, float | None, int] | None:
 def settings(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs grouped by setting (runs that differ only in their seed), in order of first
     appearance: each with its runs, and mean, std and n of each summarised metric
-    (report_metrics) over its finished runs."""
+    (metrics.py) over its finished runs."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(row["setting"], []).append(row)
@@ -44,7 +44,7 @@ def settings(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         entry = {"setting": name, "runs": runs, "n": len(done), **{
             k: runs[0].get(k) for k in ("value", "variant", "paper_ppl", "paper_bleu",
                                         "paper_params_m", "N", "d_model", "d_ff", "h", "d_k")}}
-        for m in report_metrics.summarised():
+        for m in metrics.summarised():
             entry[m.name] = mean_std([r[m.name] for r in done if r[m.name] is not None])
         out.append(entry)
     return out

@@ -23,8 +23,8 @@ from matplotlib.figure import Figure
 from transformer_jax.errors import UserError
 from transformer_jax.evaluation import sentence_stats, significance
 from transformer_jax.io import storage
-from transformer_jax.sweeps.report_settings import SIGNIFICANCE_LEVEL, mean_std
-from transformer_jax.sweeps.report_verdicts import p_text
+from transformer_jax.sweeps.report.settings import SIGNIFICANCE_LEVEL, mean_std
+from transformer_jax.sweeps.report.verdicts import p_text
 
 Bucket = tuple[int, int]
 

@@ -14,7 +14,7 @@ Each change is judged on its own figure:
 * **BLEU**: the same of test BLEU;
 
 each with its interval and Holm-adjusted p from
-:func:`transformer_jax.sweeps.report_settings.comparisons` (the training run the unit, the
+:func:`transformer_jax.sweeps.report.settings.comparisons` (the training run the unit, the
 between-run and test-set variance both counted).
 
 The verdict: **agrees** when the change is significant (Holm's p < 0.05) and has the paper's sign,
@@ -32,8 +32,8 @@ from typing import Any
 
 from transformer_jax import config as config_lib, paper
 from transformer_jax.evaluation import sentence_stats, significance
-from transformer_jax.sweeps import report_verdicts
-from transformer_jax.sweeps.report_settings import SIGNIFICANCE_LEVEL
+from transformer_jax.sweeps.report import verdicts as report_verdicts
+from transformer_jax.sweeps.report.settings import SIGNIFICANCE_LEVEL
 
 AGREES, OPPOSITE, NOT_SIGNIFICANT = "agrees", "opposite", "not significant"
 AGREES_NONE, DIFFERS = "agrees (none)", "differs"

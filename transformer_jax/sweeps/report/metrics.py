@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from transformer_jax.errors import ConfigError
-from transformer_jax.io import metric_keys
+from transformer_jax.io import metric_keys, workdirs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,10 +35,7 @@ class Run:
 
     def last_eval(self, key: str) -> Any:
         """The value of ``key`` in the latest eval record that has it (None when none)."""
-        for step in sorted(self.evals, reverse=True):
-            if key in self.evals[step]:
-                return self.evals[step][key]
-        return None
+        return workdirs.latest(self.evals, key)
 
     def final_value(self, key: str) -> Any:
         """``key`` of final_metrics.json when the run finished, else the latest eval

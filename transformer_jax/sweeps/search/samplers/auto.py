@@ -6,7 +6,7 @@ when the search starts and recorded with it."""
 
 import optuna
 
-from transformer_jax.sweeps.samplers import Budget, Sampler, get
+from transformer_jax.sweeps.search.samplers import Budget, Sampler, get
 
 GP_TRIALS = 250  # OptunaHub's AutoSampler's bound for GPSampler on one objective
 

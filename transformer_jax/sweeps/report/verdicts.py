@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from transformer_jax.evaluation import significance
-from transformer_jax.sweeps.report_settings import (
+from transformer_jax.sweeps.report.settings import (
     FIGURES,
     RUN_LEVEL_ONLY,
     between_runs_only,
