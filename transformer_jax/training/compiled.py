@@ -4,7 +4,7 @@ memory a device, matmul FLOPs, collectives, and whether it fits.
     step = compiled.train_step(spec, devices)          # compile-only devices, or real ones
     step.memory.peak_bytes, step.matmul_flops, step.all_reduced
 
-The step is the executor's own (``step.make_executor``'s jitted train function) lowered on
+The step is the executor's own (``step.executor_for``'s jitted train function) lowered on
 abstract arrays (nothing is allocated) for the config's batch: ``data.tokens_per_batch`` over
 rows of ``data.row_len`` (``data.max_len`` when the row length is chosen from the data)
 slots a micro-batch, ``optim.grad_accum_steps`` micro-batches a step (one program, which

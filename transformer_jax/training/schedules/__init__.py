@@ -28,7 +28,8 @@ calls before it writes anything and a sweep for each of its points.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -86,8 +87,27 @@ def fields(values: Mapping[str, Any]) -> ml_collections.FrozenConfigDict:
 
 def make(name: str, values: Mapping[str, Any], d_model: int) -> Callable[[Any], Any]:
     """Schedule ``name``'s learning rate as a function of the paper's step (1 for the first
-    update), from the values of its fields (:func:`settings`)."""
-    return get(name).make(fields(values), d_model)
+    update), from the values of its fields (:func:`settings`). A schedule that reads a field
+    its FIELDS leaves out is refused, naming the field, when it is made or first called."""
+    with _named_fields_only(name, values):
+        rate = get(name).make(fields(values), d_model)
+
+    def checked(step: Any) -> Any:
+        with _named_fields_only(name, values):
+            return rate(step)
+
+    return checked
+
+
+@contextlib.contextmanager
+def _named_fields_only(name: str, values: Mapping[str, Any]) -> Iterator[None]:
+    try:
+        yield
+    except AttributeError as e:
+        if not (e.args and isinstance(e.args[0], KeyError)):
+            raise  # not FrozenConfigDict's for a key it does not hold
+        raise ConfigError(f"{REGISTRY.label(name)} reads {e.args[0].args[0]}, which its "
+                          f"FIELDS ({', '.join(values) or 'none'}) does not name") from None
 
 
 def learning_rate(name: str, values: Mapping[str, Any], d_model: int) -> Callable[[Any], Any]:
