@@ -37,14 +37,16 @@ import dataclasses
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ml_collections
 
 from transformer_jax.errors import STOP_EXIT_STATUS, TrainingStopped, UserError
 from transformer_jax.io import layout, metric_keys, storage, workdirs
 from transformer_jax.training import pruners, studies
-from transformer_jax.training.spec import StopSpec
+
+if TYPE_CHECKING:  # the spec imports JAX and the data; the sweeps import this module without
+    from transformer_jax.training.spec import StopSpec
 
 DIVERGED, PRUNED = "diverged", "pruned"
 REASONS = tuple(STOP_EXIT_STATUS)

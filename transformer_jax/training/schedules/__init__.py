@@ -22,8 +22,8 @@ A schedule module defines
   it cannot follow.
 
 The config cannot import this package
-(it is a lower layer), so the name is checked here: :func:`check`, which the training run
-calls before it writes anything and a sweep for each of its points.
+(it is a lower layer), so the name is checked here: as a run's TrainingSpec is built, before
+it writes anything, and by :func:`check` for each point of a sweep.
 """
 
 from __future__ import annotations
@@ -62,8 +62,9 @@ def settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 def check(config: ml_collections.ConfigDict) -> ModuleType:
     """Raises ConfigError (naming the field) unless the config's schedule exists, has the
-    fields it reads and can follow their values; returns its module. The training run's
-    spec (training/spec.py) calls it once, a sweep for each of its points."""
+    fields it reads and can follow their values; returns its module. A sweep calls it for
+    each of its points; a run's TrainingSpec.from_config (training/spec.py) does the same
+    as it reads the settings, once."""
     module = get(config.optim.schedule)
     make(config.optim.schedule, settings(config), config.model.d_model)
     return module
