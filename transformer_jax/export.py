@@ -38,9 +38,11 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
             from transformer_jax.config import resume
             from transformer_jax.exports import from_hf as marian
             from transformer_jax.training import warm_start
+            from transformer_jax.training.spec import TrainingSpec
 
             marian.import_directory(from_hf, out, lambda workdir, params: (
-                warm_start.save_initial(resume.workdir_config(workdir), workdir, params)))
+                warm_start.save_initial(TrainingSpec.from_config(
+                    resume.workdir_config(workdir)), workdir, params)))
             return
         if not flags_["workdir"].value:
             raise UserError("--workdir: the trained run to export")

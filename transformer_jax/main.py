@@ -79,17 +79,18 @@ def end_promptly_on_failure() -> Iterator[None]:
 def main(argv: list[str], config_flag: Any, workdir_flag: Any) -> None:
     cli.no_extra_args(argv)
     with cli.clean_errors():
-        from transformer_jax import config as config_lib
         from transformer_jax.training import parallel
+        from transformer_jax.training.spec import TrainingSpec
 
-        # Bad values are refused before anything starts.
-        config = config_lib.validate(cli.flag_config(config_flag))
+        # The config is read once, into the run's specs; bad values are refused before
+        # anything starts.
+        spec = TrainingSpec.from_config(cli.flag_config(config_flag))
         parallel.initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value,
                                         _PROCESS_ID.value, _HEARTBEAT.value)
         from transformer_jax.training import train
 
         with end_promptly_on_failure():
-            train.train_and_evaluate(config, workdir_flag.value)
+            train.train(spec, workdir_flag.value)
 
 
 if __name__ == "__main__":

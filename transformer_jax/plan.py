@@ -26,29 +26,29 @@ from transformer_jax import cli  # noqa: E402
 def main(argv: list[str], flags_: dict[str, Any]) -> None:
     import jax
 
-    from transformer_jax import config as config_lib
     from transformer_jax.errors import UserError
     from transformer_jax.training import accelerators, planner
+    from transformer_jax.training.spec import TrainingSpec
 
     cli.no_extra_args(argv)
     # A compile-only executable is not one to keep in JAX's persistent cache: what it holds
     # (the compiled module, its memory figures) is what the planner reads.
     jax.config.update("jax_enable_compilation_cache", False)
     with cli.clean_errors():
-        config = config_lib.validate(cli.flag_config(flags_["config"]))
+        spec = TrainingSpec.from_config(cli.flag_config(flags_["config"]))  # validated
         target = accelerators.parse(flags_["devices"].value)
         mfu = flags_["mfu"].value
         if not 0 < mfu <= 1:
             raise UserError(f"--mfu={mfu}: a fraction in (0, 1]")
-        if target.count % config.train.model_parallel:
-            raise UserError(f"train.model_parallel={config.train.model_parallel} does not "
+        if target.count % spec.loop.model_parallel:
+            raise UserError(f"train.model_parallel={spec.loop.model_parallel} does not "
                             f"divide the {target.count} devices of --devices={target}")
         accelerators.devices_of(target)  # a missing plugin is named before compiling
-        result = planner.plan(config, target, mfu)
+        result = planner.plan(spec, target, mfu)
         if flags_["json"].value:
             print(json.dumps(planner.as_dict(result)))
             return
-        for line in planner.describe(result, config):
+        for line in planner.describe(result, spec):
             print(line)
 
 

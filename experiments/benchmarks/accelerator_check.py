@@ -132,8 +132,9 @@ def throughput(tiny: bool) -> dict[str, Any]:
             config.train.peak_flops = hardware.matmul_probe(n=256, dtype=dtype)
             source = f"{dtype} 256^3 matmul probe on {jax.devices()[0].device_kind}"
         r = train_throughput.measure_config(config, vocab, tokens, steps)
-        meter = meters.MfuMeter(config, TransformerConfig.from_config(config.model, vocab),
-                                r["devices"])
+        meter = meters.MfuMeter(TransformerConfig.from_config(config.model, vocab),
+                                r["devices"], config.data.max_len,
+                                peak_flops=config.train.peak_flops)
         results[key] = {"status": "measured", "tokens_per_s": round(r["tokens_per_s"], 1),
                         "mfu": round(meter(r["tokens_per_s"]), 4),
                         "peak_source": source or meter.source,

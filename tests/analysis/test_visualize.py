@@ -14,6 +14,8 @@ import pytest
 
 from transformer_jax.analysis import attention_read, pictures as visualize
 from transformer_jax.data.batching import pad_batch
+from transformer_jax.data.sources import SourceSpec
+from transformer_jax.decoding.decode import DecodeConfig
 from transformer_jax.errors import UserError
 from transformer_jax.model.counts import init_params
 from transformer_jax.model.spec import TransformerConfig
@@ -114,8 +116,10 @@ def test_a_sentence_outside_the_test_split_is_refused(run, model, builtin_data_d
     config = tiny_config(builtin_data_dir, visualize_sentences=(4, 1000))
     with pytest.raises(UserError, match=r"train.visualize_sentences: index 1000 is outside the "
                                         r"test split \(1000 sentences\)"):
-        visualize.write_run_pictures(config, model.model_config, model.params, model.tokenizer,
-                                     run)
+        visualize.write_run_pictures(
+            SourceSpec.from_config(config.data), config.train.visualize_sentences,
+            DecodeConfig.from_config(config.decode), model.model_config, model.params,
+            model.tokenizer, run)
 
 
 @pytest.mark.slow

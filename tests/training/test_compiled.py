@@ -56,6 +56,7 @@ from transformer_jax.decoding import decode
 from transformer_jax.errors import UserError
 from transformer_jax.model import counts
 from transformer_jax.training import accelerators, compiled, hlo
+from transformer_jax.training.spec import TrainingSpec
 
 from ..needs import require
 
@@ -103,8 +104,8 @@ def compiled_step(variant, dtype, kind, model_parallel, devices, layers=None, au
     target = accelerators.parse(devices)
     options = None if autotune or target.accelerator.platform != "cuda" else NO_AUTOTUNE
     with jax_config.enable_compilation_cache(False):
-        return config, compiled.train_step(config, accelerators.devices_of(target),
-                                           options=options)
+        return config, compiled.train_step(TrainingSpec.from_config(config),
+                                           accelerators.devices_of(target), options=options)
 
 
 def params_by_hand(config):
@@ -242,7 +243,7 @@ def decoding_setup():
     config = paper_config("base", "bfloat16", "sharded", 1)
     mc = counts.model_config_of(config)
     device = accelerators.devices_of(accelerators.parse("h100:1"))[0]
-    params = on_device(compiled.abstract_state(config).params, device)
+    params = on_device(compiled.abstract_state(TrainingSpec.from_config(config)).params, device)
     inputs = on_device(jax.ShapeDtypeStruct((SENTENCES, SOURCE_LEN), jnp.int32), device)
     return config, mc, device, params, inputs
 
@@ -362,7 +363,8 @@ def test_a_cpu_reports_no_limit_and_is_not_checked():
     mc = counts.model_config_of(config)
     state = create_train_state(config, mc, jax.random.key(0))
     executor = make_executor(config, mc, state, devices=jax.devices()[:1])
-    assert compiled.check_fits(executor, state, config, rows=8, row_len=16) is None
+    assert compiled.check_fits(executor, state, TrainingSpec.from_config(config), rows=8,
+                               row_len=16) is None
 
 
 @pytest.mark.parametrize("kind", ["sharded", "pmap"])
@@ -378,7 +380,7 @@ def test_an_accumulating_step_is_compiled_whole(kind):
         config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=2)
         config.data.update(vocab_size=64, max_len=16, tokens_per_batch=16 * 8 * accum)
         config.optim.grad_accum_steps = accum
-        step = compiled.train_step(config, jax.devices()[:2])
+        step = compiled.train_step(TrainingSpec.from_config(config), jax.devices()[:2])
         assert step.rows == 8  # a micro-batch: 128 tokens in rows of 16
         flops[accum] = step.matmul_flops
     assert flops[3] == pytest.approx(3 * flops[1], rel=1e-6)
@@ -404,11 +406,12 @@ def test_the_largest_batch_that_fits_is_found_by_compiling(cuda):
     devices = accelerators.devices_of(accelerators.parse("h100:2"))
     compile_step = functools.partial(compiled.train_step, options=NO_AUTOTUNE)
     with jax_config.enable_compilation_cache(False):
-        full = compile_step(config, devices)
+        spec = TrainingSpec.from_config(config)
+        full = compile_step(spec, devices)
         assert full.rows == 128
         fixed = full.memory.peak_bytes - full.memory.temporaries
         budget = fixed + (full.memory.peak_bytes - fixed) // 3
-        best, compiles = planner.largest_fitting(config, devices, full, budget,
+        best, compiles = planner.largest_fitting(spec, devices, full, budget,
                                                  max_compiles=2, compile_step=compile_step)
         assert 1 <= compiles <= 2
         assert best is not None and best.rows % 2 == 0

@@ -16,6 +16,7 @@ from transformer_jax.config import resume
 from transformer_jax.errors import ConfigError
 from transformer_jax.io import layout, workdirs
 from transformer_jax.training import schedules, train
+from transformer_jax.training.spec import TrainingSpec
 
 from ..helpers import ROOT, command_line, tiny_config
 
@@ -110,6 +111,41 @@ def test_a_schedule_file_must_say_how_to_make_it_and_what_it_reads(tmp_path, mon
     with pytest.raises(ConfigError, match=r"^optim.schedule='misread' reads optim.warmup, a "
                                           r"field the config does not have"):
         schedules.check(config)
+
+
+def test_a_schedule_reads_the_fields_it_names_alone(tmp_path, monkeypatch):
+    """A schedule's make sees the fields of its FIELDS, read once into the run's OptimSpec,
+    and nothing else of the config: one that reads another is refused in one line."""
+    (tmp_path / "unnamed.py").write_text(
+        "FIELDS = ('optim.lr_scale',)\n"
+        "def make(config, d_model):\n"
+        "    return lambda step: config.optim.lr_scale / config.optim.warmup_steps\n")
+    (tmp_path / "unnamed_eager.py").write_text(
+        "FIELDS = ('optim.lr_scale',)\n"
+        "def make(config, d_model):\n"
+        "    peak = config.train.num_steps\n"
+        "    return lambda step: peak\n")
+    monkeypatch.setattr(schedules, "__path__", [*schedules.__path__, str(tmp_path)])
+    config = config_lib.build("base")
+    config.optim.update(schedule="unnamed_eager", lr_scale=2.0)
+    with pytest.raises(ConfigError) as e:
+        TrainingSpec.from_config(config)  # made when the spec is built: refused there
+    assert str(e.value) == ("optim.schedule='unnamed_eager' reads 'train', which its FIELDS "
+                            "(optim.lr_scale) does not name")
+    config.optim.schedule = "unnamed"
+    spec = TrainingSpec.from_config(config)  # read when the rate is first computed
+    with pytest.raises(ConfigError) as e:
+        schedules.learning_rate(spec.optim.schedule, spec.optim.settings, 512)(0)
+    assert str(e.value) == ("optim.schedule='unnamed' reads 'warmup_steps', which its FIELDS "
+                            "(optim.lr_scale) does not name")
+    config.optim.schedule = "warmup_cosine"
+    spec = TrainingSpec.from_config(config)
+    assert spec.optim.settings == {"optim.warmup_steps": 4000, "optim.lr_scale": 2.0,
+                                   "optim.min_lr_ratio": 0.1, "train.num_steps": 100_000}
+    # The peak, lr_scale (d_model warmup_steps)^-0.5 = 2 (512 x 4000)^-0.5 = 1.3975e-3, at
+    # the end of warmup: optax's count 3999.
+    rate = schedules.learning_rate(spec.optim.schedule, spec.optim.settings, 512)
+    assert float(rate(3999)) == pytest.approx(2 * (512 * 4000) ** -0.5, rel=1e-6)
 
 
 def test_every_schedule_reads_fields_the_config_has():

@@ -15,6 +15,7 @@ from transformer_jax.errors import ConfigError, UserError
 from transformer_jax.io import checkpoint_integrity, checkpoints, layout, workdirs
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.training import pruners, stops, studies
+from transformer_jax.training.spec import TrainingSpec
 from transformer_jax.training.step import create_train_state
 
 from ..helpers import command_line, run_command, tiny_config
@@ -65,9 +66,9 @@ def test_non_finite_losses_diverge_but_nothing_counts_before_warmup():
 
 def test_the_count_carries_over_a_resume_through_the_checkpoint_meta():
     config = tiny_config(".", divergence_patience=2)
-    watch = stops.Divergence.from_config(config, {})
+    watch = stops.Divergence.from_spec(TrainingSpec.from_config(config).stops, {})
     assert judge(watch, [(30, 2.0), (40, 5.0)]) is None
-    resumed = stops.Divergence.from_config(config, watch.state())
+    resumed = stops.Divergence.from_spec(TrainingSpec.from_config(config).stops, watch.state())
     assert resumed(stops.Evaluation(50, 5.0, {})).step == 50
 
 

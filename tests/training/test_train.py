@@ -92,7 +92,7 @@ def test_mfu_peak_is_the_best_probe_of_the_run_and_never_above_100_percent(caplo
     config = config_lib.build("base")
     startup = iter([100e9])
     probes = iter([150e9, 120e9, 400e9, 200e9, 380e9])
-    meter = meters.MfuMeter(config, TINY, 1, probe=lambda: next(startup),
+    meter = meters.MfuMeter(TINY, 1, config.data.max_len, probe=lambda: next(startup),
                             reprobe=lambda: next(probes))
     assert meter.peak == 100e9
     flops = meter.flops_per_token
@@ -117,7 +117,8 @@ def test_mfu_of_a_given_peak_is_never_probed_and_above_100_percent_is_left_out()
     def no_probe():
         raise AssertionError("a peak from the config is not measured")
 
-    meter = meters.MfuMeter(config, TINY, 2, probe=no_probe, reprobe=no_probe)
+    meter = meters.MfuMeter(TINY, 2, config.data.max_len, peak_flops=config.train.peak_flops,
+                            probe=no_probe, reprobe=no_probe)
     assert meter.peak == 2e9
     assert meter(1.5e9 / meter.flops_per_token) == pytest.approx(0.75)
     assert meter(3e9 / meter.flops_per_token) is None

@@ -39,7 +39,6 @@ from importlib import resources
 from typing import Any
 
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -320,20 +319,21 @@ def write_pictures(out: str | os.PathLike, model: LoadedModel, source: str,
     return {**dict.fromkeys(extras, 0), **write_sentence_pictures(out, sentence, extras)}
 
 
-def write_run_pictures(config: ml_collections.ConfigDict, model_config: TransformerConfig,
+def write_run_pictures(test_split: sources.SourceSpec, indices: Sequence[int],
+                       decoding: decode.DecodeConfig, model_config: TransformerConfig,
                        model_params: Any, tokenizer: Tokenizer,
                        workdir: str | os.PathLike) -> storage.Path:
-    """At the end of training: pictures of the test sentences ``train.visualize_sentences``
-    (indices into the test split) with the model's own translations, in workdir/pictures."""
-    test = sources.get_source(config.data, "test")
-    indices = list(config.train.visualize_sentences)
+    """At the end of training: pictures of the test sentences ``indices``
+    (train.visualize_sentences) of the dataset ``test_split`` with the model's own
+    translations (decoded as ``decoding`` says), in workdir/pictures."""
+    test = sources.get_source(test_split, "test")
+    indices = list(indices)
     for i in indices:
         if i >= len(test):
             raise DataError(f"train.visualize_sentences: index {i} is outside the test split "
                             f"({len(test)} sentences)")
     pairs = [test[i] for i in indices]
-    decoding = decode.DecodeConfig.from_config(config.decode).replace(
-        batch_size=max(len(pairs), 1))
+    decoding = decoding.replace(batch_size=max(len(pairs), 1))
     hyps = translation.translate(model_params, model_config, tokenizer, [s for s, _ in pairs],
                                  decoding)
     out = storage.path(workdir) / layout.PICTURES

@@ -104,13 +104,12 @@ def split_ids(spec: DataSpec, workdir: storage.PathLike, split: str, tokenizer: 
     return cached if cached is not None else TokenizedPairs(source, tokenizer)
 
 
-def write_token_cache(config: Any, workdir: storage.PathLike,
+def write_token_cache(spec: DataSpec, workdir: storage.PathLike,
                       splits: Sequence[str] = ("train", "validation")) -> dict[str, Ids]:
     """Writes the token cache of each of ``splits`` with the workdir's vocabulary (which
     must exist) where it is not there yet: what a run would write on first use. Returns the
     ids of each split (on the fly where the cache could not be written)."""
     tokenizer = Tokenizer(tokenizer_lib.vocab_path(workdir))
-    spec = DataSpec.from_config(config)
     spec = dataclasses.replace(spec, cache=dataclasses.replace(spec.cache, enabled=True))
     return {split: split_ids(spec, workdir, split, tokenizer) for split in splits}
 
@@ -129,7 +128,14 @@ class Data(NamedTuple):
 
 def data_for(config: Any, workdir: storage.PathLike, num_devices: int,
              process_index: int | None = None, process_count: int | None = None) -> Data:
-    """The vocabulary, row length, batch iterator and validation ids of a config's run.
+    """:func:`data_of` the spec of an experiment config (for callers that hold one)."""
+    return data_of(DataSpec.from_config(config), workdir, num_devices, process_index,
+                   process_count)
+
+
+def data_of(spec: DataSpec, workdir: storage.PathLike, num_devices: int,
+            process_index: int | None = None, process_count: int | None = None) -> Data:
+    """The vocabulary, row length, batch iterator and validation ids of a run's data.
 
     The vocabulary is the workdir's, trained on ``data.vocab_sample`` characters per side the
     first time (by process 0 only; the others wait for its file); so is the row length
@@ -141,7 +147,6 @@ def data_for(config: Any, workdir: storage.PathLike, num_devices: int,
         import jax
 
         process_index, process_count = jax.process_index(), jax.process_count()
-    spec = DataSpec.from_config(config)
     chief = process_index == 0
     train_source = sources.get_source(spec.source, "train")
     # The other splits are opened now so that a missing split or a bad file stops the run

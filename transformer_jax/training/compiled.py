@@ -1,10 +1,10 @@
 """The train step as XLA compiles it for a device, and what that says before a step runs:
 memory a device, matmul FLOPs, collectives, and whether it fits.
 
-    step = compiled.train_step(config, devices)        # compile-only devices, or real ones
+    step = compiled.train_step(spec, devices)          # compile-only devices, or real ones
     step.memory.peak_bytes, step.matmul_flops, step.all_reduced
 
-The step is the executor's own (``step.make_executor``'s jitted train function) lowered on
+The step is the executor's own (``step.executor_for``'s jitted train function) lowered on
 abstract arrays (nothing is allocated) for the config's batch: ``data.tokens_per_batch`` over
 rows of ``data.row_len`` (``data.max_len`` when the row length is chosen from the data)
 slots a micro-batch, ``optim.grad_accum_steps`` micro-batches a step (one program, which
@@ -26,7 +26,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from transformer_jax.data import batching
@@ -34,7 +33,8 @@ from transformer_jax.errors import UserError
 from transformer_jax.model import counts
 from transformer_jax.model.losses import BATCH_FIELDS
 from transformer_jax.training.hlo import all_reduced_elements, hlo_modules, matmul_flops, xla_flops
-from transformer_jax.training.step import create_train_state, make_executor
+from transformer_jax.training.spec import LoopSpec, TrainingSpec
+from transformer_jax.training.step import executor_for, initial_state
 
 # Memory a device's allocator may hand out that a compiled step may plan to use: XLA's
 # buffer assignment on a compile-only GPU is made without autotuning (no device to time
@@ -90,15 +90,14 @@ class Step:
         return self.rows * self.row_len
 
 
-def row_len_of(config: ml_collections.ConfigDict) -> int:
+def row_len_of(spec: TrainingSpec) -> int:
     """The rows' slots without data at hand: ``data.row_len``, else ``data.max_len``."""
-    return config.data.row_len or config.data.max_len
+    return spec.data.rows.row_len or spec.data.rows.max_len
 
 
-def abstract_state(config: ml_collections.ConfigDict) -> Any:
-    """The train state of ``config`` as ShapeDtypeStructs (nothing allocated)."""
-    model_config = counts.model_config_of(config)
-    return jax.eval_shape(lambda: create_train_state(config, model_config, jax.random.key(0)))
+def abstract_state(spec: TrainingSpec) -> Any:
+    """The train state of ``spec`` as ShapeDtypeStructs (nothing allocated)."""
+    return jax.eval_shape(lambda: initial_state(spec.optim, spec.model, jax.random.key(0)))
 
 
 KEY = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
@@ -119,24 +118,22 @@ def _lower_args(executor: Any, state: Any, rows: int, row_len: int,
     return state, batch, KEY
 
 
-def batch_rows(config: ml_collections.ConfigDict, num_devices: int, processes: int = 1) -> int:
-    """Global rows of one micro-batch for ``config`` on ``num_devices`` devices."""
+def batch_rows(spec: TrainingSpec, num_devices: int, processes: int = 1) -> int:
+    """Global rows of one micro-batch for ``spec`` on ``num_devices`` devices."""
     per_process = num_devices // processes
-    shape = batching.batch_shape(config.data.tokens_per_batch, row_len_of(config),
-                                 config.optim.grad_accum_steps, per_process, processes)
+    shape = batching.batch_shape(spec.data.batch.tokens_per_batch, row_len_of(spec),
+                                 spec.optim.grad_accum_steps, per_process, processes)
     return shape.rows
 
 
-def lower_train_step(config: ml_collections.ConfigDict, devices: Sequence[jax.Device],
+def lower_train_step(spec: TrainingSpec, devices: Sequence[jax.Device],
                      rows: int | None = None) -> tuple[Any, Any, int]:
-    """(lowered train step, abstract state, rows) of ``config`` on ``devices``."""
+    """(lowered train step, abstract state, rows) of ``spec`` on ``devices``."""
     processes = len({d.process_index for d in devices})
-    rows = rows or batch_rows(config, len(devices), processes)
-    state = abstract_state(config)
-    model_config = counts.model_config_of(config)
-    executor = make_executor(config, model_config, state, devices=devices)
-    args = _lower_args(executor, state, rows, row_len_of(config),
-                       config.optim.grad_accum_steps)
+    rows = rows or batch_rows(spec, len(devices), processes)
+    state = abstract_state(spec)
+    executor = executor_for(spec.optim, spec.loop, spec.model, state, devices=devices)
+    args = _lower_args(executor, state, rows, row_len_of(spec), spec.optim.grad_accum_steps)
     return executor._train.lower(*args), state, rows
 
 
@@ -156,11 +153,11 @@ def _state_bytes(tree: Any, devices: int, model_parallel: int, kind: str) -> int
     return total
 
 
-def memory_of(compiled: Any, state: Any, config: ml_collections.ConfigDict,
-              num_devices: int) -> Memory:
-    """:class:`Memory` of a compiled train step of ``config`` whose state is ``state``."""
+def memory_of(compiled: Any, state: Any, loop: LoopSpec, num_devices: int) -> Memory:
+    """:class:`Memory` of a compiled train step (parallel as ``loop`` says) whose state is
+    ``state``."""
     m = compiled.memory_analysis()
-    kind, mp = config.train.parallel, config.train.model_parallel
+    kind, mp = loop.parallel, loop.model_parallel
     return Memory(arguments=m.argument_size_in_bytes, outputs=m.output_size_in_bytes,
                   aliased=m.alias_size_in_bytes, temporaries=m.temp_size_in_bytes,
                   code=m.generated_code_size_in_bytes,
@@ -168,28 +165,27 @@ def memory_of(compiled: Any, state: Any, config: ml_collections.ConfigDict,
                   optimizer=_state_bytes(state.opt_state, num_devices, mp, kind))
 
 
-def train_step(config: ml_collections.ConfigDict, devices: Sequence[jax.Device],
+def train_step(spec: TrainingSpec, devices: Sequence[jax.Device],
                rows: int | None = None, options: dict[str, Any] | None = None) -> Step:
-    """Compiles ``config``'s train step for ``devices`` and measures it."""
+    """Compiles ``spec``'s train step for ``devices`` and measures it."""
     import time
 
     start = time.perf_counter()
-    lowered, state, rows = lower_train_step(config, devices, rows)
+    lowered, state, rows = lower_train_step(spec, devices, rows)
     compiled = lowered.compile(options)
     seconds = time.perf_counter() - start
     modules = hlo_modules(compiled)
-    return Step(compiled=compiled, memory=memory_of(compiled, state, config, len(devices)),
+    return Step(compiled=compiled, memory=memory_of(compiled, state, spec.loop, len(devices)),
                 matmul_flops=matmul_flops(modules), xla_flops=xla_flops(modules),
                 all_reduced=all_reduced_elements(modules), rows=rows,
-                row_len=row_len_of(config), num_devices=len(devices),
+                row_len=row_len_of(spec), num_devices=len(devices),
                 compile_seconds=seconds)
 
 
-def model_flops(config: ml_collections.ConfigDict, tokens: int) -> float:
-    """:mod:`transformer_jax.model.counts`' training FLOPs for ``tokens`` target tokens
+def model_flops(spec: TrainingSpec, tokens: int) -> float:
+    """:mod:`transformer_jax.model.params`' training FLOPs for ``tokens`` target tokens
     (source as many), all devices together."""
-    model_config = counts.model_config_of(config)
-    return float(counts.train_flops_per_token(model_config, row_len_of(config))) * tokens
+    return float(counts.train_flops_per_token(spec.model, row_len_of(spec))) * tokens
 
 
 def usable_bytes(device_bytes: int, platform: str, mem_fraction: float | None = None) -> int:
@@ -230,7 +226,7 @@ def describe_memory(memory: Memory) -> str:
             f"temporaries {memory.temporaries / g:.2f})")
 
 
-def check_fits(executor: Any, state: Any, config: ml_collections.ConfigDict, rows: int,
+def check_fits(executor: Any, state: Any, spec: TrainingSpec, rows: int,
                row_len: int) -> Fit | None:
     """Before a run's first step: the executor's train step, compiled for the run's batch
     (``rows`` x ``row_len`` a micro-batch), against the device's allocator limit
@@ -254,8 +250,8 @@ def check_fits(executor: Any, state: Any, config: ml_collections.ConfigDict, row
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x)),
                             state)
     step = executor._train.lower(*_lower_args(executor, abstract, rows, row_len,
-                                               config.optim.grad_accum_steps)).compile()
-    memory = memory_of(step, abstract, config, len(devices))
+                                               spec.optim.grad_accum_steps)).compile()
+    memory = memory_of(step, abstract, spec.loop, len(devices))
     fit = decide(memory, int(stats["bytes_limit"]), here[0].device_kind)
     logging.info("the compiled train step needs %s of %.2f GiB planned (%.0f%% of the "
                  "allocator's %.2f GiB)", describe_memory(memory), fit.budget / 2 ** 30,

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import ml_collections
 import numpy as np
 
 from transformer_jax.evaluation.perplexity import perplexity
@@ -51,21 +50,21 @@ class MfuMeter:
 
     REPROBE_N = 2048
 
-    def __init__(self, config: ml_collections.ConfigDict, model_config: TransformerConfig,
-                 num_devices: int, probe: Callable[[], float] | None = None,
-                 reprobe: Callable[[], float] | None = None, row_len: int = 0):
-        # Attention's FLOPs follow the rows trained on (row_len; 0: data.max_len).
-        self.flops_per_token = counts.train_flops_per_token(
-            model_config, row_len or config.data.max_len)
-        peak, self.source = hardware.peak_flops_per_device(config.train.peak_flops,
-                                                           config.model.dtype, probe)
-        self.measured = hardware.is_measured(config.train.peak_flops)
+    def __init__(self, model_config: TransformerConfig, num_devices: int, row_len: int,
+                 peak_flops: float = 0.0, probe: Callable[[], float] | None = None,
+                 reprobe: Callable[[], float] | None = None):
+        # Attention's FLOPs follow the rows trained on (row_len slots). peak_flops is
+        # train.peak_flops: a device's, 0 to know or measure it.
+        dtype = np.dtype(model_config.dtype).name
+        self.flops_per_token = counts.train_flops_per_token(model_config, row_len)
+        peak, self.source = hardware.peak_flops_per_device(peak_flops, dtype, probe)
+        self.measured = hardware.is_measured(peak_flops)
         on_cpu = jax.devices()[0].platform == "cpu" and self.measured
         # Fake CPU devices share the machine's cores: its probe is the peak of them all.
         self.devices = 1 if on_cpu else num_devices
         self.peak = peak * self.devices
         self.reprobe = reprobe or functools.partial(
-            hardware.measure_matmul, self.REPROBE_N, config.model.dtype, repeats=2)
+            hardware.measure_matmul, self.REPROBE_N, dtype, repeats=2)
         self.calls = 0
 
     def _probe_again(self) -> None:

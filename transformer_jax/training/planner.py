@@ -10,9 +10,8 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-import ml_collections
-
 from transformer_jax.training import accelerators, compiled, hardware
+from transformer_jax.training.spec import TrainingSpec
 
 DEFAULT_MFU = 0.40  # a fair target for a well-fed Transformer step on one node
 MAX_SEARCH_COMPILES = 4  # compiles the search for the largest fitting batch may add
@@ -49,7 +48,7 @@ def allocator_limit(target: accelerators.Target) -> int:
     return compiled.usable_bytes(target.memory_bytes, target.accelerator.platform)
 
 
-def largest_fitting(config: ml_collections.ConfigDict, devices: list, step: compiled.Step,
+def largest_fitting(spec: TrainingSpec, devices: list, step: compiled.Step,
                     budget: int, max_compiles: int = MAX_SEARCH_COMPILES,
                     compile_step: Callable[..., compiled.Step] = compiled.train_step,
                     ) -> tuple[compiled.Step | None, int]:
@@ -70,7 +69,7 @@ def largest_fitting(config: ml_collections.ConfigDict, devices: list, step: comp
         guess = below[0] + (budget - below[1]) / slope if slope > 0 else below[0] + unit
         rows = int(guess // unit * unit)
         rows = min(max(rows, below[0] + unit), above[0] - unit)
-        trial = compile_step(config, devices, rows=rows)
+        trial = compile_step(spec, devices, rows=rows)
         compiles += 1
         logging.info("%d rows: %.2f GiB a device", rows, trial.memory.peak_bytes / GiB)
         if trial.memory.peak_bytes <= budget:
@@ -80,21 +79,21 @@ def largest_fitting(config: ml_collections.ConfigDict, devices: list, step: comp
     return best, compiles
 
 
-def plan(config: ml_collections.ConfigDict, target: accelerators.Target,
+def plan(spec: TrainingSpec, target: accelerators.Target,
          mfu: float = DEFAULT_MFU) -> Plan:
-    """Compiles ``config``'s train step for ``target`` and plans the run."""
+    """Compiles ``spec``'s train step for ``target`` and plans the run."""
     devices = accelerators.devices_of(target)
-    step = compiled.train_step(config, devices)
+    step = compiled.train_step(spec, devices)
     fit = compiled.Fit(step.memory.peak_bytes, allocator_limit(target))
-    accum = config.optim.grad_accum_steps
-    model_flops = compiled.model_flops(config, step.tokens) * accum
+    accum = spec.optim.grad_accum_steps
+    model_flops = compiled.model_flops(spec, step.tokens) * accum
     peak = hardware.known_peak(devices[0])
     if peak is None:
         raise ValueError(f"no data-sheet peak for {devices[0].device_kind} (hardware.py)")
     largest, compiles = None, 0
     if not fit.fits:
-        largest, compiles = largest_fitting(config, devices, step, fit.budget)
-    return Plan(target, step, fit, model_flops, peak, mfu, config.train.num_steps, accum,
+        largest, compiles = largest_fitting(spec, devices, step, fit.budget)
+    return Plan(target, step, fit, model_flops, peak, mfu, spec.loop.num_steps, accum,
                 largest, compiles)
 
 
@@ -125,7 +124,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds < 48 * 3600 else f"{seconds / 86400:.1f} days"
 
 
-def describe(p: Plan, config: ml_collections.ConfigDict) -> list[str]:
+def describe(p: Plan, spec: TrainingSpec) -> list[str]:
     """The plan as the lines ``python -m transformer_jax.plan`` prints."""
     s, a, t = p.step, p.target.accelerator, p.target
     limit = p.fit.limit
@@ -133,8 +132,8 @@ def describe(p: Plan, config: ml_collections.ConfigDict) -> list[str]:
         f"devices: {t} ({a.description}, {t.memory_bytes / GiB:.1f} GiB; the allocator's "
         f"limit {limit / GiB:.1f} GiB, {p.fit.budget / GiB:.1f} GiB planned after "
         f"{compiled.HEADROOM:.0%} headroom)",
-        f"step: train.parallel={config.train.parallel}, model_parallel="
-        f"{config.train.model_parallel}, {config.model.dtype}; {s.rows} rows x {s.row_len} "
+        f"step: train.parallel={spec.loop.parallel}, model_parallel="
+        f"{spec.loop.model_parallel}, {spec.model.dtype}; {s.rows} rows x {s.row_len} "
         f"slots = {s.tokens:,} tokens a side a micro-batch, {p.grad_accum_steps} "
         f"micro-batch(es) a step; compiled in {s.compile_seconds:.0f} s",
         f"memory: {compiled.describe_memory(s.memory)}",

@@ -7,27 +7,25 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
-import ml_collections
-
-from transformer_jax import config as config_lib
 from transformer_jax.data import sources, tokenizer as tokenizer_lib
-from transformer_jax.decoding import decode
 from transformer_jax.evaluation import bleu, perplexity, sentence_stats, translation
 from transformer_jax.io import layout, metric_keys, storage, workdirs
 from transformer_jax.io.logs import MetricWriter
 from transformer_jax.model.spec import TransformerConfig
+from transformer_jax.training.spec import EvalSpec
 
 
-def validation_bleu(config: ml_collections.ConfigDict, model_config: TransformerConfig,
+def validation_bleu(evaluation: EvalSpec, model_config: TransformerConfig,
                     params: Any, tokenizer: tokenizer_lib.Tokenizer,
                     source: Any) -> dict[str, float]:
     """sacreBLEU of the first ``train.bleu_sentences`` of the validation split, decoded as
-    ``config.decode`` says."""
-    pairs = [source[i] for i in range(min(config.train.bleu_sentences, len(source)))]
+    the ``decode`` section says."""
+    pairs = [source[i] for i in range(min(evaluation.bleu_sentences, len(source)))]
     hyps = translation.translate(params, model_config, tokenizer, [s for s, _ in pairs],
-                                 decode.DecodeConfig.from_config(config.decode))
+                                 evaluation.decode)
     return {metric_keys.BLEU: bleu.bleu(hyps, [t for _, t in pairs])[0]}
 
 
@@ -35,24 +33,25 @@ def validation_bleu(config: ml_collections.ConfigDict, model_config: Transformer
 # the workdir): for significance tests between runs.
 
 
-def final_translations(config: ml_collections.ConfigDict, model_config: TransformerConfig,
+def final_translations(evaluation: EvalSpec, test_split: sources.SourceSpec,
+                       model_config: TransformerConfig,
                        params: Any, tokenizer: tokenizer_lib.Tokenizer, writer: MetricWriter,
                        step: int, workdir: storage.Path, is_chief: bool = True) -> dict[str, Any]:
     """Decodes the first sentences of the test split: both BLEUs, the hypotheses and
     references written to layout.FINAL_HYPOTHESES and layout.FINAL_REFERENCES, and a few samples."""
-    test = sources.get_source(config.data, "test")
-    n = min(max(config.train.bleu_sentences, config.train.samples), len(test))
+    test = sources.get_source(test_split, "test")
+    n = min(max(evaluation.bleu_sentences, evaluation.samples), len(test))
     pairs = [test[i] for i in range(n)]
     start = time.time()
-    decoding = decode.DecodeConfig.from_config(config.decode)
+    decoding = evaluation.decode
     hyps = translation.translate(params, model_config, tokenizer, [s for s, _ in pairs],
                                  decoding)
     refs = [t for _, t in pairs]
     result: dict[str, Any] = {}
-    if config.train.bleu_sentences:
+    if evaluation.bleu_sentences:
         score, signature = bleu.bleu(hyps, refs)
         tokenized, tokenized_signature = bleu.tokenized_bleu(hyps, refs,
-                                                             config.data.target_lang)
+                                                             test_split.target_lang)
         k = metric_keys
         result = {k.TEST_BLEU: score, k.BLEU_SIGNATURE: signature,
                   k.TEST_BLEU_TOKENIZED: tokenized,
@@ -70,15 +69,15 @@ def final_translations(config: ml_collections.ConfigDict, model_config: Transfor
                      "%.1fs)  %s", score, tokenized, n,
                      translation.describe(dataclasses.asdict(decoding)), time.time() - start,
                      signature)
-    for (src, ref), hyp in list(zip(pairs, hyps, strict=True))[: config.train.samples]:
+    for (src, ref), hyp in list(zip(pairs, hyps, strict=True))[: evaluation.samples]:
         writer.sample(src, ref, hyp)
     return result
 
 
-def write_sentence_stats(config: ml_collections.ConfigDict, model_config: TransformerConfig,
+def write_sentence_stats(evaluation: EvalSpec, model_config: TransformerConfig,
                          params: Any, eval_source: Any, tokenizer: tokenizer_lib.Tokenizer,
-                         workdir: storage.Path, translation_stats: dict[str, Any] | None,
-                         is_chief: bool = True) -> None:
+                         max_len: int, workdir: storage.Path,
+                         translation_stats: dict[str, Any] | None, is_chief: bool = True) -> None:
     """The run's sentence statistics (evaluation/sentence_stats.py) to
     layout.SENTENCE_STATS: each validation sentence's NLL and tokens (``eval_source`` None:
     left out, the validation having covered part of the split), and the test translations'
@@ -87,7 +86,7 @@ def write_sentence_stats(config: ml_collections.ConfigDict, model_config: Transf
     arrays = dict(translation_stats or {})
     if eval_source is not None:
         nll, tokens = perplexity.sentence_nll(params, model_config, eval_source, tokenizer,
-                                              max_len=config.data.max_len)
+                                              max_len=max_len)
         arrays.update({sentence_stats.NLL: nll, sentence_stats.TOKENS: tokens})
     if not is_chief or not arrays:
         return
@@ -104,19 +103,20 @@ def write_sentence_stats(config: ml_collections.ConfigDict, model_config: Transf
         logging.info("sentence statistics of %d test sentences written to %s (the validation's "
                      "perplexity covered part of its split, train.eval_batches=%d: its "
                      "sentences left out)", len(arrays.get(sentence_stats.BLEU, ())),
-                     layout.SENTENCE_STATS, config.train.eval_batches)
+                     layout.SENTENCE_STATS, evaluation.batches)
 
 
-def hparams(config: ml_collections.ConfigDict, workdir: storage.Path) -> dict[str, Any]:
+def hparams(table3: Mapping[str, Any], seeds: Mapping[str, Any], variant: str,
+            workdir: storage.Path) -> dict[str, Any]:
     """The hyperparameters TensorBoard shows for this run: the values its sweep point swept
-    (``sweep_point.json``) and its seeds, or the Table 3 quantities and seeds of a run
+    (``sweep_point.json``) and its seeds, or the ``table3`` quantities and seeds of a run
     outside a sweep."""
     record = workdirs.read_object(workdir / layout.SWEEP_POINT) or {}
     fields = record.get("fields")
     values = dict(fields) if isinstance(fields, dict) else {}
     if not values:
-        values = {q: config_lib.quantity(config, q) for q in config_lib.QUANTITIES}
+        values = dict(table3)
     values.pop("seed", None)
-    values.update({f: config_lib.get_field(config, f) for f in config_lib.SEED_FIELDS})
-    values.setdefault("variant", config.variant)
+    values.update(seeds)
+    values.setdefault("variant", variant)
     return values

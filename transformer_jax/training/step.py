@@ -21,6 +21,7 @@ from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import Transformer
 from transformer_jax.training import parallel, schedules
 from transformer_jax.training.optimizer import make_optimizer
+from transformer_jax.training.spec import LoopSpec, OptimSpec
 
 
 class TrainState(train_state.TrainState):
@@ -124,42 +125,66 @@ def eval_step(params: Any, batch: dict[str, jax.Array], *, model: Transformer,
         batch_sums(params, batch, model=model, label_smoothing=label_smoothing))
 
 
-def create_train_state(config: ml_collections.ConfigDict, model_config: TransformerConfig,
-                       key: jax.Array) -> TrainState:
-    tx = make_optimizer(config, model_config.d_model)
+def initial_state(optim: OptimSpec, model_config: TransformerConfig,
+                  key: jax.Array) -> TrainState:
+    """A new run's train state: the model's initial parameters and Adam's state."""
+    tx = make_optimizer(optim, model_config.d_model)
     model = Transformer(model_config)
     return TrainState.create(apply_fn=model.apply, params=init_params(model_config, key), tx=tx)
+
+
+def executor_for(optim: OptimSpec, loop: LoopSpec, model_config: TransformerConfig,
+                 abstract_state: Any, devices: Sequence[jax.Device] | None = None
+                 ) -> parallel.PmapExecutor | parallel.ShardedExecutor:
+    """The train and eval steps, compiled for ``loop.parallel`` ("sharded" or "pmap") on
+    ``devices`` (default: those ``train.devices`` names; compile-only devices compile the
+    steps for an accelerator this machine lacks, training/compiled.py); the train step takes
+    a batch of ``optim.grad_accum_steps`` stacked micro-batches when that is above 1
+    (:func:`train_step`)."""
+    train_fn = functools.partial(
+        train_step, model=Transformer(model_config), label_smoothing=optim.label_smoothing,
+        schedule=schedules.learning_rate(optim.schedule, optim.settings, model_config.d_model),
+        grad_accum_steps=optim.grad_accum_steps)
+    eval_fn = functools.partial(eval_step,
+                                model=Transformer(model_config.replace(deterministic=True)),
+                                label_smoothing=optim.label_smoothing)
+    micro_batches = optim.grad_accum_steps
+    if loop.parallel == "sharded":
+        if devices is None and loop.devices:
+            devices = parallel.local_devices(loop.devices)
+        mesh = parallel.make_mesh(loop.model_parallel, devices)
+        return parallel.ShardedExecutor(train_fn, eval_fn, mesh, abstract_state, micro_batches)
+    return parallel.PmapExecutor(train_fn, eval_fn,
+                                 devices or parallel.local_devices(loop.devices),
+                                 micro_batches)
+
+
+def state_bytes(optim: OptimSpec, model_config: TransformerConfig) -> int:
+    """Bytes of one checkpoint's arrays (parameters, optimizer state, step) of the model
+    ``model_config``; nothing is allocated."""
+    shapes = jax.eval_shape(lambda: initial_state(optim, model_config, jax.random.key(0)))
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
+
+
+# For callers that hold an experiment config (scripts, tests): each reads the config into the
+# specs and calls the function above. The package itself calls those (tests/test_specs.py).
+
+
+def create_train_state(config: ml_collections.ConfigDict, model_config: TransformerConfig,
+                       key: jax.Array) -> TrainState:
+    """:func:`initial_state` of ``config``'s optimiser."""
+    return initial_state(OptimSpec.from_config(config), model_config, key)
 
 
 def make_executor(config: ml_collections.ConfigDict, model_config: TransformerConfig,
                   abstract_state: Any, devices: Sequence[jax.Device] | None = None
                   ) -> parallel.PmapExecutor | parallel.ShardedExecutor:
-    """The train and eval steps, compiled for ``config.train.parallel`` ("sharded" or
-    "pmap") on ``devices`` (default: those ``train.devices`` names; compile-only devices
-    compile the steps for an accelerator this machine lacks, training/compiled.py); the
-    train step takes a batch of ``optim.grad_accum_steps`` stacked micro-batches when that
-    is above 1 (:func:`train_step`)."""
-    train_fn = functools.partial(train_step, model=Transformer(model_config),
-                                 label_smoothing=config.train.label_smoothing,
-                                 schedule=schedules.schedule_of(config, model_config.d_model),
-                                 grad_accum_steps=config.optim.grad_accum_steps)
-    eval_fn = functools.partial(eval_step,
-                                model=Transformer(model_config.replace(deterministic=True)),
-                                label_smoothing=config.train.label_smoothing)
-    micro_batches = config.optim.grad_accum_steps
-    if config.train.parallel == "sharded":
-        if devices is None and config.train.devices:
-            devices = parallel.local_devices(config.train.devices)
-        mesh = parallel.make_mesh(config.train.model_parallel, devices)
-        return parallel.ShardedExecutor(train_fn, eval_fn, mesh, abstract_state, micro_batches)
-    return parallel.PmapExecutor(train_fn, eval_fn,
-                                 devices or parallel.local_devices(config.train.devices),
-                                 micro_batches)
+    """:func:`executor_for` of ``config``'s optimiser and loop."""
+    return executor_for(OptimSpec.from_config(config), LoopSpec.from_config(config),
+                        model_config, abstract_state, devices)
 
 
 def checkpoint_bytes(config: ml_collections.ConfigDict) -> int:
-    """Bytes of one checkpoint's arrays (parameters, optimizer state, step) for ``config``,
-    with the vocabulary size it asks for; nothing is allocated."""
-    model_config = TransformerConfig.from_config(config.model, config.data.vocab_size)
-    shapes = jax.eval_shape(lambda: create_train_state(config, model_config, jax.random.key(0)))
-    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(shapes))
+    """:func:`state_bytes` of ``config``'s model, with the vocabulary size it asks for."""
+    return state_bytes(OptimSpec.from_config(config),
+                       TransformerConfig.from_config(config.model, config.data.vocab_size))

@@ -37,13 +37,16 @@ import dataclasses
 import json
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ml_collections
 
 from transformer_jax.errors import STOP_EXIT_STATUS, TrainingStopped, UserError
 from transformer_jax.io import layout, metric_keys, storage, workdirs
 from transformer_jax.training import pruners, studies
+
+if TYPE_CHECKING:  # the spec imports JAX and the data; the sweeps import this module without
+    from transformer_jax.training.spec import StopSpec
 
 DIVERGED, PRUNED = "diverged", "pruned"
 REASONS = tuple(STOP_EXIT_STATUS)
@@ -95,10 +98,9 @@ class Divergence:
         self.best, self.in_a_row = best, in_a_row
 
     @classmethod
-    def from_config(cls, config: ml_collections.ConfigDict,
-                    meta: Mapping[str, Any]) -> Divergence:
-        t = config.train
-        return cls(t.divergence_factor, t.divergence_patience, config.optim.warmup_steps,
+    def from_spec(cls, spec: StopSpec, meta: Mapping[str, Any]) -> Divergence:
+        """The watch of ``spec``'s settings, its count that of a checkpoint's ``meta``."""
+        return cls(spec.divergence_factor, spec.divergence_patience, spec.after_step,
                    meta.get("divergence_best"), meta.get("divergence_in_a_row", 0))
 
     def __call__(self, evaluation: Evaluation) -> Stop | None:
@@ -184,14 +186,14 @@ class TrialWatch:
 # The watches of a run, its record, and a stopped workdir
 
 
-def watches(config: ml_collections.ConfigDict, meta: Mapping[str, Any],
+def watches(spec: StopSpec, meta: Mapping[str, Any],
             trial: TrialWatch | None = None) -> list[Any]:
     """The run's watches: Divergence with ``train.stop_on_divergence`` (its count restored
     from the checkpoint's ``meta``), and ``trial``, the TrialWatch opened (by process 0
     only: it alone reports, the loop shares its decision) when ``search.storage`` is set."""
     out: list[Any] = []
-    if config.train.stop_on_divergence:
-        out.append(Divergence.from_config(config, meta))
+    if spec.stop_on_divergence:
+        out.append(Divergence.from_spec(spec, meta))
     if trial is not None:
         out.append(trial)
     return out

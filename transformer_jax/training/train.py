@@ -1,8 +1,9 @@
 """Training: the loop that trains a run, evaluates it as it goes and reports at the end.
 
-``train_and_evaluate(config, workdir)`` trains from scratch or resumes from the latest
-checkpoint in ``workdir``, evaluates on the validation split as it goes, and at the end
-decodes part of the test split for BLEU and sample translations.
+``train(spec, workdir)`` trains from scratch or resumes from the latest checkpoint in
+``workdir``, evaluates on the validation split as it goes, and at the end decodes part of
+the test split for BLEU and sample translations. Its settings are a frozen TrainingSpec
+(spec.py), read and validated once from the config by the entry point.
 
 The optimizer (optimizer.py) follows a learning-rate schedule (schedules/); the train state
 and the compiled steps are step.py's, the meters of the log lines meters.py's, the BLEU and
@@ -21,7 +22,6 @@ import jax
 import ml_collections
 import numpy as np
 
-from transformer_jax import config as config_lib
 from transformer_jax.config import resume
 from transformer_jax.data import batching, pipeline, tokenizer as tokenizer_lib
 from transformer_jax.evaluation.perplexity import loss_over_batches
@@ -37,10 +37,10 @@ from transformer_jax.io import (
 )
 from transformer_jax.io.logs import MetricWriter
 from transformer_jax.model import counts
-from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.training import compiled, faults, parallel, pruners, results, schedules, stops
+from transformer_jax.training import compiled, faults, parallel, results, schedules, stops
 from transformer_jax.training.meters import CheckpointClock, LogWindow, MfuMeter, Profile
-from transformer_jax.training.step import checkpoint_bytes, create_train_state, make_executor
+from transformer_jax.training.spec import TrainingSpec
+from transformer_jax.training.step import executor_for, initial_state, state_bytes
 
 # Train steps dispatched but not yet finished, at most. JAX dispatches asynchronously, so an
 # unthrottled loop runs ahead of the device by up to a log window: a stop signal was then
@@ -51,6 +51,11 @@ STEPS_IN_FLIGHT = 2
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: storage.PathLike) -> dict:
+    """:func:`train` on the spec of ``config``, validated (ConfigError naming the field)."""
+    return train(TrainingSpec.from_config(config), workdir)
+
+
+def train(spec: TrainingSpec, workdir: storage.PathLike) -> dict:
     """Trains (or resumes) and evaluates; returns the final metrics.
 
     SIGTERM or SIGINT stops training at the next step boundary with a checkpoint (data
@@ -66,29 +71,25 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: storage.PathL
     changed model or data settings are refused, other changes recorded) before anything
     else is written there.
     """
-    config_lib.validate(config)
-    schedules.check(config)  # the schedule's name and settings, which the config cannot know
-    pruners.get(config.search.prune)  # likewise the pruner's name
-    parallel.local_devices(config.train.devices)  # as many as train.devices asks for
+    parallel.local_devices(spec.loop.devices)  # as many as train.devices asks for
     workdir = storage.path(workdir)
     stops.refuse_if_stopped(workdir)
-    faults.check_workdir(workdir, checkpoint_bytes(config), config.train.keep_checkpoints)
+    faults.check_workdir(workdir, state_bytes(spec.optim, spec.model), spec.checkpoints.keep)
     is_chief = jax.process_index() == 0
     # The study and trial are checked before anything is written.
-    trial = (stops.TrialWatch(config.search, last_step=config.train.num_steps)
-             if config.search.storage and is_chief else None)
+    trial = (stops.TrialWatch(spec.stops.search, last_step=spec.loop.num_steps)
+             if spec.stops.trial and is_chief else None)
     with (bucket_retries.stop_when_failing(workdir, storage.is_remote(workdir)),
           holds.Hold(workdir, enabled=is_chief)):
         resuming = (bool(workdirs.checkpoint_steps_on_disk(workdir))
                     or tokenizer_lib.vocab_path(workdir).exists())
-        changes = resume.remember_config(workdir, json.loads(config.to_json_best_effort()),
-                                         resuming, write=is_chief)
-        moved = schedules.changed_by(config, changes)
+        changes = resume.remember_config(workdir, spec.recorded, resuming, write=is_chief)
+        moved = schedules.changed_by(spec.optim.schedule, changes)
         if moved and workdirs.checkpoint_steps_on_disk(workdir):
             logging.warning("warning: %s changed since the last run: the steps to come follow "
                             "another learning-rate schedule than those before", ", ".join(moved))
         with faults.storage_faults(workdir):
-            run = Run(config, workdir, trial)
+            run = Run(spec, workdir, trial)
             with faults.StopSignals(multiprocess=jax.process_count() > 1) as signals:
                 finished = run.train(signals)
             if not finished:
@@ -102,50 +103,47 @@ class Run:
     steps, each of ``optim.grad_accum_steps`` micro-batches (``accum``) drawn from the data
     iterator and stacked into one batch; checkpoints, logs and TensorBoard count the same."""
 
-    def __init__(self, config: ml_collections.ConfigDict, workdir: storage.Path,
+    def __init__(self, spec: TrainingSpec, workdir: storage.Path,
                  trial: stops.TrialWatch | None = None):
-        self.config, self.workdir = config, workdir
-        self.is_chief = jax.process_index() == 0
-        self.accum = config.optim.grad_accum_steps
-        self.total_steps = config.train.num_steps
-        num_devices = len(parallel.local_devices(config.train.devices))
+        self.workdir, self.is_chief, loop = workdir, jax.process_index() == 0, spec.loop
+        self.accum, self.total_steps = spec.optim.grad_accum_steps, loop.num_steps
+        num_devices = len(parallel.local_devices(loop.devices))
         self.global_devices = num_devices * jax.process_count()
 
         # Data and vocabulary.
-        data = pipeline.data_for(config, workdir, num_devices)
+        data = pipeline.data_of(spec.data, workdir, num_devices)
         self.tokenizer, self.data, self.rows = data.tokenizer, data.train, data.rows
         self.row_len, self.eval_rows = data.shape.row_len, data.eval_rows
         self.eval_source, self.eval_ids = data.eval_source, data.eval_ids
-        self.writer = MetricWriter(workdir, enabled=self.is_chief,
-                                   timeout_s=config.train.write_timeout_s)
+        self.writer = MetricWriter(workdir, enabled=self.is_chief, timeout_s=loop.write_timeout_s)
 
         # Model, state and the compiled steps; the state of the latest checkpoint.
-        self.model_config = TransformerConfig.from_config(config.model,
-                                                          self.tokenizer.vocab_size)
-        init_key, self.dropout_key = jax.random.split(jax.random.key(config.train.seed))
-        state = create_train_state(config, self.model_config, init_key)
-        self.executor = make_executor(config, self.model_config, state)
-        self.ckpts = checkpoints.Checkpoints(workdir, config.train.keep_checkpoints,
-                                             timeout_s=config.train.write_timeout_s)
+        self.spec = spec = spec.with_vocab(self.tokenizer.vocab_size)
+        self.model_config = spec.model
+        init_key, self.dropout_key = jax.random.split(jax.random.key(loop.seed))
+        state = initial_state(spec.optim, self.model_config, init_key)
+        self.executor = executor_for(spec.optim, loop, self.model_config, state)
+        self.ckpts = checkpoints.Checkpoints(workdir, spec.checkpoints.keep,
+                                             timeout_s=loop.write_timeout_s)
         state, meta = self._resume(state)
         self._log_model(state)
         # A step that cannot fit the device stops here, in one line, not at its first
         # step with an out-of-memory error.
-        compiled.check_fits(self.executor, state, config, self.rows, self.row_len)
+        compiled.check_fits(self.executor, state, spec, self.rows, self.row_len)
         self.state = self.executor.place(state)
 
         self.window = LogWindow(self.step)
         self.in_flight: collections.deque = collections.deque()  # a scalar of each step
         self.nonfinite = faults.NonFiniteSteps(
-            config.train.nonfinite, config.train.max_nonfinite_in_a_row,
+            loop.nonfinite, loop.max_nonfinite_in_a_row,
             meta.get("nonfinite_steps", 0), meta.get("nonfinite_in_a_row", 0))
-        self.watches = stops.watches(config, meta, trial)
+        self.watches = stops.watches(spec.stops, meta, trial)
         self.train_loss = float("nan")  # of the last log window
-        self.mfu = MfuMeter(config, self.model_config, self.global_devices,
-                            row_len=self.row_len)
-        self.checkpoint_clock = (CheckpointClock(config.train.checkpoint_every_minutes)
-                                 if config.train.checkpoint_every_minutes else None)
-        self.profile = Profile(workdir, config.train.profile_start, config.train.profile_steps,
+        self.mfu = MfuMeter(self.model_config, self.global_devices, self.row_len,
+                            peak_flops=loop.peak_flops)
+        self.checkpoint_clock = (CheckpointClock(spec.checkpoints.every_minutes)
+                                 if spec.checkpoints.every_minutes else None)
+        self.profile = Profile(workdir, loop.profile_start, loop.profile_steps,
                                enabled=self.is_chief)
         self.final: dict[str, Any] = {}
         self.dev_bleu: float | None = None
@@ -169,13 +167,13 @@ class Run:
 
     def _log_model(self, state: Any) -> None:
         n_params = sum(int(np.size(p)) for p in jax.tree.leaves(state.params))
-        c = self.config
+        s = self.spec
         logging.info("model: %s (%s scale), %d parameters, vocabulary %d, batch %d rows x %d "
-                     "tokens on %d device(s), %s", c.variant, c.scale, n_params,
+                     "tokens on %d device(s), %s", s.variant, s.scale, n_params,
                      self.tokenizer.vocab_size, self.rows, self.row_len, self.global_devices,
                      self.executor.kind)
-        logging.info("learning rate: %s (%s)", c.optim.schedule, ", ".join(
-            f"{field} {value}" for field, value in schedules.settings(c).items()))
+        logging.info("learning rate: %s (%s)", s.optim.schedule, ", ".join(
+            f"{field} {value}" for field, value in s.optim.schedule_settings))
 
     def _due(self, every: int) -> bool:
         return self.step % every == 0 or self.step == self.total_steps
@@ -183,14 +181,14 @@ class Run:
     def train(self, signals: faults.StopSignals) -> bool:
         """Trains to ``train.num_steps``; False if a stop signal ended it early (after a
         checkpoint)."""
-        t = self.config.train
+        e, log_every = self.spec.evaluation, self.spec.loop.log_every
         # A write that hangs is abandoned at once on a stop signal (stalls.within).
         self.writer.interrupted = self.ckpts.interrupted = lambda: signals.received
         try:
             while self.step < self.total_steps:
                 self._train_step()
-                evaluating = self._due(t.eval_every)
-                if self._due(t.log_every) or evaluating:  # the watches judge a fresh loss
+                evaluating = self._due(e.every)
+                if self._due(log_every) or evaluating:  # the watches judge a fresh loss
                     self._log_train()
                 if signals.stop_requested(self.step):
                     self._save()
@@ -202,9 +200,9 @@ class Run:
                 if evaluating:
                     self._evaluate()
                     figures.update(self.final)
-                if t.bleu_every and self.step % t.bleu_every == 0:
+                if e.bleu_every and self.step % e.bleu_every == 0:
                     scores = results.validation_bleu(
-                        self.config, self.model_config, self.executor.params(self.state),
+                        e, self.model_config, self.executor.params(self.state),
                         self.tokenizer, self.eval_source)
                     self.dev_bleu = scores[metric_keys.BLEU]
                     self.writer.write(metric_keys.EVAL, self.step, scores)
@@ -258,12 +256,12 @@ class Run:
         that many minutes passed since the last checkpoint; and at the last step."""
         clock = self.checkpoint_clock
         if clock is None or self.step == self.total_steps:
-            return self._due(self.config.train.checkpoint_every)
+            return self._due(self.spec.checkpoints.every)
         if jax.process_count() == 1:
             return clock.due()
         # Every process must save the same step, and their clocks differ: process 0 decides,
         # at log steps only, so the broadcast does not stall every step.
-        if not self._due(self.config.train.log_every):
+        if not self._due(self.spec.loop.log_every):
             return False
         from jax.experimental import multihost_utils
 
@@ -309,9 +307,9 @@ class Run:
 
     def _evaluate(self) -> None:
         batches = batching.eval_batches(self.eval_ids, self.tokenizer,
-                                        max_len=self.config.data.max_len,
+                                        max_len=self.spec.data.batch.max_len,
                                         rows=self.eval_rows,
-                                        max_batches=self.config.train.eval_batches)
+                                        max_batches=self.spec.evaluation.batches)
         self.final = loss_over_batches(
             functools.partial(self.executor.evaluate, self.state),
             (batching.process_rows(b, jax.process_index(), jax.process_count()) for b in batches))
@@ -323,7 +321,7 @@ class Run:
             return
         self._fetch_metrics()
         meta = {"step": self.step, "vocab_size": self.tokenizer.vocab_size,
-                resume.MODEL_RECORD: resume.model_record(self.config),
+                resume.MODEL_RECORD: self.spec.recorded_model,
                 "skipped_long_pairs": self.data.length_filter.skipped, **self.nonfinite.state()}
         for watch in self.watches:
             meta.update(watch.state())
@@ -342,46 +340,48 @@ class Run:
         """The end of a finished run: the test split decoded with the averaged model (both
         BLEUs, its hypotheses and references under eval/), samples, final_metrics.json,
         pictures."""
-        c, step = self.config, self.total_steps
+        s, e, step = self.spec, self.spec.evaluation, self.total_steps
         params, averaged = self._final_params()
         final = {**self.final, metric_keys.AVERAGED_STEPS: averaged}
-        if c.train.bleu_sentences or c.train.samples:
-            final.update(results.final_translations(c, self.model_config, params, self.tokenizer,
-                                                   self.writer, step, self.workdir, self.is_chief))
+        if e.bleu_sentences or e.samples:
+            final.update(results.final_translations(
+                e, s.data.source, self.model_config, params, self.tokenizer, self.writer, step,
+                self.workdir, self.is_chief))
         # Every process computes (the parameters may be sharded over them); the chief writes.
-        results.write_sentence_stats(c, self.model_config, params,
+        results.write_sentence_stats(e, self.model_config, params,
                                      self.eval_ids if self._whole_split_evaluated() else None,
-                                     self.tokenizer, self.workdir,
+                                     self.tokenizer, s.data.batch.max_len, self.workdir,
                                      final.pop("translation_stats", None), self.is_chief)
         if self.is_chief:
             storage.write_atomically(self.workdir / layout.FINAL_METRICS,
                                      json.dumps({metric_keys.STEP: step, **final}, indent=2))
-            self.writer.hparams(results.hparams(c, self.workdir),
-                                {**final, "dev_bleu": self.dev_bleu}, step)
+            hparams = results.hparams(dict(s.table3), dict(s.seeds), s.variant, self.workdir)
+            self.writer.hparams(hparams, {**final, "dev_bleu": self.dev_bleu}, step)
         self.close()
-        if c.train.visualize_sentences and self.is_chief:
+        if e.visualize_sentences and self.is_chief:
             from transformer_jax.analysis import (
                 pictures as visualize,  # matplotlib only when pictures are asked for
             )
-            visualize.write_run_pictures(c, self.model_config, params, self.tokenizer,
+            visualize.write_run_pictures(s.data.source, e.visualize_sentences, e.decode,
+                                         self.model_config, params, self.tokenizer,
                                          self.workdir)
         return final
 
     def _whole_split_evaluated(self) -> bool:
         """Whether the validation's perplexity covered the whole split (train.eval_batches
         0, or enough batches): only then are its sentences' NLL the run's perplexity's."""
-        if not self.config.train.eval_batches:
+        if not self.spec.evaluation.batches:
             return True
         ids = batching.as_ids(self.eval_ids, self.tokenizer)
         targets = ids.read_ids(np.arange(len(ids)))[1]
-        whole = int(np.minimum(targets.lengths, self.config.data.max_len).sum())
+        whole = int(np.minimum(targets.lengths, self.spec.data.batch.max_len).sum())
         return whole == int(self.final.get(metric_keys.TOKENS, -1))
 
     def _final_params(self) -> tuple[Any, list[int]]:
         """(parameters to evaluate, the checkpoint steps averaged into them): the mean of the
-        last config_lib.checkpoints_to_average checkpoints, as the paper evaluates; with one,
-        the trained state's own parameters (those of the last checkpoint)."""
-        wanted = config_lib.checkpoints_to_average(self.config)
+        last ``checkpoints.average`` checkpoints, as the paper evaluates; with one, the
+        trained state's own parameters (those of the last checkpoint)."""
+        wanted = self.spec.checkpoints.average
         if wanted == 1:
             return self.executor.params(self.state), [self.saved_step]
         params, steps, notes = self.ckpts.average_last(

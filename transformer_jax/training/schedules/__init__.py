@@ -16,17 +16,20 @@ A schedule module defines
   shows their values, and a resumed run that changes one is warned that its learning rate
   changes with it;
 * ``make(config, d_model)`` -- the learning rate as a function of the step, 1 for the first
-  update (the paper's numbering), built with optax's schedules where they fit. It raises
-  ConfigError, naming the fields, for settings it cannot follow.
+  update (the paper's numbering), built with optax's schedules where they fit. ``config``
+  holds the fields of FIELDS alone (:func:`fields`: ``config.optim.warmup_steps``), read
+  once from the experiment's config. It raises ConfigError, naming the fields, for settings
+  it cannot follow.
 
 The config cannot import this package
-(it is a lower layer), so the name is checked here: :func:`check`, which the training run
-calls before it writes anything and a sweep for each of its points.
+(it is a lower layer), so the name is checked here: as a run's TrainingSpec is built, before
+it writes anything, and by :func:`check` for each point of a sweep.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -59,23 +62,68 @@ def settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 def check(config: ml_collections.ConfigDict) -> ModuleType:
     """Raises ConfigError (naming the field) unless the config's schedule exists, has the
-    fields it reads and can follow their values; returns its module. The training run calls
-    it before anything is written to the workdir, a sweep for each of its points."""
+    fields it reads and can follow their values; returns its module. A sweep calls it for
+    each of its points; a run's TrainingSpec.from_config (training/spec.py) does the same
+    as it reads the settings, once."""
     module = get(config.optim.schedule)
-    settings(config)
-    module.make(config, config.model.d_model)
+    make(config.optim.schedule, settings(config), config.model.d_model)
     return module
 
 
-def schedule_of(config: ml_collections.ConfigDict, d_model: int) -> Callable[[Any], Any]:
+def fields(values: Mapping[str, Any]) -> ml_collections.FrozenConfigDict:
+    """The schedule's fields ({"optim.warmup_steps": 4000, ...}) as the sections of a frozen
+    config: what a schedule's ``make`` reads (``config.optim.warmup_steps``), and nothing
+    else of the experiment's config."""
+    tree = ml_collections.ConfigDict()
+    for dotted, value in values.items():
+        *sections, name = dotted.split(".")
+        node = tree
+        for section in sections:
+            if section not in node:
+                node[section] = ml_collections.ConfigDict()
+            node = node[section]
+        node[name] = value
+    return ml_collections.FrozenConfigDict(tree)
+
+
+def make(name: str, values: Mapping[str, Any], d_model: int) -> Callable[[Any], Any]:
+    """Schedule ``name``'s learning rate as a function of the paper's step (1 for the first
+    update), from the values of its fields (:func:`settings`). A schedule that reads a field
+    its FIELDS leaves out is refused, naming the field, when it is made or first called."""
+    with _named_fields_only(name, values):
+        rate = get(name).make(fields(values), d_model)
+
+    def checked(step: Any) -> Any:
+        with _named_fields_only(name, values):
+            return rate(step)
+
+    return checked
+
+
+@contextlib.contextmanager
+def _named_fields_only(name: str, values: Mapping[str, Any]) -> Iterator[None]:
+    try:
+        yield
+    except AttributeError as e:
+        if not (e.args and isinstance(e.args[0], KeyError)):
+            raise  # not FrozenConfigDict's for a key it does not hold
+        raise ConfigError(f"{REGISTRY.label(name)} reads {e.args[0].args[0]}, which its "
+                          f"FIELDS ({', '.join(values) or 'none'}) does not name") from None
+
+
+def learning_rate(name: str, values: Mapping[str, Any], d_model: int) -> Callable[[Any], Any]:
     """The learning rate the optimizer follows and the train step logs, as a function of
     optax's update count (0 for the first update)."""
-    rate = get(config.optim.schedule).make(config, d_model)
+    rate = make(name, values, d_model)
     return lambda count: rate(count + 1)
 
 
-def changed_by(config: ml_collections.ConfigDict,
-               changes: Mapping[str, Any]) -> list[str]:
+def schedule_of(config: ml_collections.ConfigDict, d_model: int) -> Callable[[Any], Any]:
+    """:func:`learning_rate` of the config's schedule and settings."""
+    return learning_rate(config.optim.schedule, settings(config), d_model)
+
+
+def changed_by(name: str, changes: Mapping[str, Any]) -> list[str]:
     """The fields among ``changes`` (a resumed run's, ``resume.remember_config``) that change
-    the config's learning-rate schedule: optim.schedule itself and the fields it reads."""
-    return [f for f in (REGISTRY.field, *get(config.optim.schedule).FIELDS) if f in changes]
+    schedule ``name``'s learning rate: optim.schedule itself and the fields it reads."""
+    return [f for f in (REGISTRY.field, *get(name).FIELDS) if f in changes]

@@ -29,5 +29,5 @@ def learning_rate(d_model: int, warmup_steps: int,
     return rate
 
 
-def make(config: ml_collections.ConfigDict, d_model: int) -> Callable[[Any], Any]:
+def make(config: ml_collections.FrozenConfigDict, d_model: int) -> Callable[[Any], Any]:
     return learning_rate(d_model, config.optim.warmup_steps, config.optim.lr_scale)

@@ -26,7 +26,7 @@ from transformer_jax.errors import ConfigError
 FIELDS = ("optim.warmup_steps", "optim.lr_scale", "optim.min_lr_ratio", "train.num_steps")
 
 
-def make(config: ml_collections.ConfigDict, d_model: int) -> Callable[[Any], Any]:
+def make(config: ml_collections.FrozenConfigDict, d_model: int) -> Callable[[Any], Any]:
     o, steps = config.optim, config.train.num_steps
     if o.warmup_steps >= steps:
         raise ConfigError(f"optim.warmup_steps={o.warmup_steps} must be less than "
