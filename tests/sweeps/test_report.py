@@ -20,6 +20,7 @@ from transformer_jax.sweeps.report import (
     metrics as report_metrics,
     settings as report_settings,
     table3 as report_table3,
+    verdicts,
 )
 from transformer_jax.sweeps.run import run_sweep
 
@@ -470,3 +471,14 @@ def test_a_sweep_trains_no_point_a_results_folder_kept(replicated_root, tmp_path
     assert trained == ["A_h16,seed=3", "A_h4,seed=3", "base,seed=3"]
     with pytest.raises(Exception, match="holds no records/sweep.json"):
         archive.finished_points(tmp_path)
+
+
+def test_a_p_beside_its_verdict_is_never_rounded_across_alpha():
+    """Three decimals, except where they would print a p below 0.05 as 0.050 (or one above
+    it as a p below), which would contradict the verdict beside it."""
+    assert verdicts.p_text(0.0496) == "0.0496"  # "higher" at p Holm 0.0496, not "0.050"
+    assert verdicts.p_text(0.04951) == "0.0495"
+    assert verdicts.p_text(0.0504) == "0.050"  # 0.050 and not resolved: no contradiction
+    assert verdicts.p_text(0.0734) == "0.073"
+    assert verdicts.p_text(0.00042) == "4.2e-04"
+    assert verdicts.p_text(None) == "-"

@@ -25,10 +25,16 @@ EQUIVALENCE_BLEU = 1.0
 
 
 def p_text(p: float | None) -> str:
-    """A p-value to three significant places (no resampling floor: p is from t)."""
+    """A p-value to three decimal places (no resampling floor: p is from t), or four where
+    three would put it on the other side of alpha (0.0496, not 0.050 beside a verdict)."""
     if p is None:
         return "-"
-    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+    if p < 0.001:
+        return f"{p:.1e}"
+    text = f"{p:.3f}"
+    if (float(text) < significance.ALPHA) != (p < significance.ALPHA):
+        text = f"{p:.4f}"
+    return text
 
 
 def verdict(c: significance.Comparison) -> str:
