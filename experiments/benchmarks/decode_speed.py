@@ -17,7 +17,7 @@ sequence stops early.
   37,000), 8 sentences of 32 source tokens, 63 output tokens each in a buffer of 64 (as
   ``translation.translate`` sizes it), greedy and beam 4 (alpha 0.6) through
   ``decode.generate``; beam 4 with one 64-slot cache throughout instead of phases of
-  growing cache (16, 32, 64 slots; ``beam.Phases``); and beam 4 the former way, with the
+  growing cache (16, 32, 64 slots; ``loops.Phases``); and beam 4 the former way, with the
   cross-attention keys and values repeated per beam and reordered with the beams at every
   step (for the ratio of each to beam 4).
 * ctranslate2: the engine people deploy, at the base shape: the same random base weights
@@ -55,7 +55,7 @@ import numpy as np  # noqa: E402
 
 from configs import demo  # noqa: E402
 from transformer_jax import config as config_lib  # noqa: E402
-from transformer_jax.decoding import beam, decode  # noqa: E402
+from transformer_jax.decoding import decode, loops  # noqa: E402
 from transformer_jax.evaluation import translation  # noqa: E402
 from transformer_jax.model.counts import init_params  # noqa: E402
 from transformer_jax.model.transformer import TransformerConfig  # noqa: E402
@@ -92,10 +92,10 @@ def per_beam_cross_attention(params: object, inputs: jax.Array, max_lengths: jax
     at every step (in the phases of growing cache ``decode.generate`` runs). Returns
     [batch, max_len] ids as ``decode.generate``."""
     encoded, segments = decode.encode(params, config, inputs)
-    phases = beam.Phases(decode.cache_lengths(max_len), decode.grow_cache)
+    phases = loops.Phases(decode.cache_lengths(max_len), decode.grow_cache)
     step, cache = decode.cached_step(params, config, jnp.repeat(encoded, beam_size, 0),
                                      jnp.repeat(segments, beam_size, 0), phases.lengths[0])
-    seqs, _ = beam.beam_search(step, cache, beam_size=beam_size, alpha=alpha,
+    seqs, _ = loops.beam_search(step, cache, beam_size=beam_size, alpha=alpha,
                                  max_lengths=max_lengths, max_len=max_len, eos_id=-1,
                                  phases=phases)
     return seqs[:, 0]

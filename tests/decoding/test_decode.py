@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID
-from transformer_jax.decoding import beam, decode
+from transformer_jax.decoding import decode, loops
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import Transformer, shift_right
 
@@ -128,21 +128,21 @@ def best_by_enumeration(table, max_length, alpha):
             if not hyp:
                 continue
             score = (sequence_log_prob(table, hyp)
-                     / beam.length_penalty(len(hyp), alpha))
+                     / loops.length_penalty(len(hyp), alpha))
             if score > best_score:
                 best, best_score = hyp, score
     return best, best_score
 
 
 def run_beam(table, beam_size, alpha, max_length, rows=1):
-    seqs, scores = beam.beam_search(
+    seqs, scores = loops.beam_search(
         table_step(table), table_cache(rows * beam_size, 8), beam_size=beam_size, alpha=alpha,
         max_lengths=jnp.full((rows,), max_length, jnp.int32), max_len=8)
     return np.asarray(seqs), np.asarray(scores)
 
 
 def run_greedy(table, max_length, rows=1):
-    return np.asarray(beam.greedy_search(
+    return np.asarray(loops.greedy_search(
         table_step(table), table_cache(rows, 8), jnp.full((rows,), max_length, jnp.int32), 8))
 
 
@@ -162,11 +162,11 @@ GARDEN_PATH = make_table({
 
 
 def test_length_penalty_formula():
-    assert beam.length_penalty(1, 0.6) == pytest.approx(1.0)  # (5 + 1) / 6 = 1
-    assert beam.length_penalty(7, 0.6) == pytest.approx(2 ** 0.6)  # 1.5157
-    assert beam.length_penalty(25, 0.6) == pytest.approx(5 ** 0.6)  # 2.6265
-    assert beam.length_penalty(25, 0.0) == 1.0
-    assert beam.length_penalty(13, 1.0) == pytest.approx(3.0)
+    assert loops.length_penalty(1, 0.6) == pytest.approx(1.0)  # (5 + 1) / 6 = 1
+    assert loops.length_penalty(7, 0.6) == pytest.approx(2 ** 0.6)  # 1.5157
+    assert loops.length_penalty(25, 0.6) == pytest.approx(5 ** 0.6)  # 2.6265
+    assert loops.length_penalty(25, 0.0) == 1.0
+    assert loops.length_penalty(13, 1.0) == pytest.approx(3.0)
 
 
 def test_beam_search_finds_the_best_hypothesis_greedy_misses():
@@ -219,7 +219,7 @@ def test_beam_stops_when_every_beam_has_finished():
         jax.debug.callback(lambda: steps.append(1))
         return table_step(GARDEN_PATH)(ids, cache)
 
-    seqs, scores = beam.beam_search(counting, table_cache(2, 8), beam_size=2, alpha=0.6,
+    seqs, scores = loops.beam_search(counting, table_cache(2, 8), beam_size=2, alpha=0.6,
                                       max_lengths=jnp.array([8], jnp.int32), max_len=8)
     jax.effects_barrier()
     assert len(steps) == 2
@@ -231,7 +231,7 @@ def test_beam_respects_each_sentences_maximum_length():
     never = make_table({}, default=(0.0, 1e-9, 0.6, 0.4 - 1e-9))
     seqs, scores = run_beam(never, beam_size=3, alpha=0.6, max_length=5, rows=1)
     assert tokens_of(seqs[0, 0]) == [A] * 5
-    rows = beam.beam_search(
+    rows = loops.beam_search(
         table_step(never), table_cache(6, 8), beam_size=3, alpha=0.6,
         max_lengths=jnp.array([3, 6], jnp.int32), max_len=8)[0]
     assert tokens_of(np.asarray(rows)[0, 0]) == [A] * 3
@@ -269,7 +269,7 @@ def test_beam_scores_are_the_models_scores_of_its_hypotheses(params):
     encoded, segments = decode.encode(params, TINY, src)
     encoded, segments = jnp.repeat(encoded, k, 0), jnp.repeat(segments, k, 0)
     step, cache = decode.cached_step(params, TINY, encoded, segments, 12)
-    seqs, scores = jax.jit(lambda c: beam.beam_search(
+    seqs, scores = jax.jit(lambda c: loops.beam_search(
         step, c, beam_size=k, alpha=alpha, max_lengths=jnp.array([12, 7], jnp.int32),
         max_len=12))(cache)
     seqs, scores = np.asarray(seqs).reshape(2 * k, 12), np.asarray(scores).reshape(2 * k)
@@ -282,7 +282,7 @@ def test_beam_scores_are_the_models_scores_of_its_hypotheses(params):
         hyp = tokens_of(seqs[i])
         lengths.add(len(hyp))
         total = sum(log_probs[i, t, token] for t, token in enumerate(hyp))
-        expected = total / beam.length_penalty(len(hyp), alpha)
+        expected = total / loops.length_penalty(len(hyp), alpha)
         assert scores[i] == pytest.approx(expected, abs=1e-4), (i, hyp)
     for row in range(2):
         assert list(scores[row * k:(row + 1) * k]) == sorted(scores[row * k:(row + 1) * k],
@@ -298,7 +298,7 @@ def test_beams_share_their_sentences_cross_attention_keys_and_values(params):
     src, k, max_len = source_batch(), 4, 12
     max_lengths = jnp.array([12, 7], jnp.int32)
     encoded, segments = decode.encode(params, TINY, src)
-    search = functools.partial(beam.beam_search, beam_size=k, alpha=0.6,
+    search = functools.partial(loops.beam_search, beam_size=k, alpha=0.6,
                                max_lengths=max_lengths, max_len=max_len)
 
     shared_step, shared = decode.cached_step(params, TINY, encoded, segments, max_len, beams=k)
@@ -338,13 +338,13 @@ def test_beam_search_in_phases_of_growing_cache_finds_the_same(params):
     phases, and sentence 1 stops mid-phase."""
     src, k, max_len = source_batch(), 3, 29
     encoded, segments = decode.encode(params, TINY, src)
-    phases = beam.Phases(decode.cache_lengths(max_len, 4), decode.grow_cache)
+    phases = loops.Phases(decode.cache_lengths(max_len, 4), decode.grow_cache)
     assert phases.lengths == (4, 8, 16, 29)
     results = []
     for lengths in (phases, None):
         step, cache = decode.cached_step(params, TINY, encoded, segments,
                                          lengths.lengths[0] if lengths else max_len, beams=k)
-        results.append(jax.jit(lambda c, step=step, lengths=lengths: beam.beam_search(
+        results.append(jax.jit(lambda c, step=step, lengths=lengths: loops.beam_search(
             step, c, beam_size=k, alpha=0.6, max_lengths=jnp.array([29, 11], jnp.int32),
             max_len=max_len, phases=lengths))(cache))
     (seqs, scores), (full_seqs, full_scores) = results
@@ -383,7 +383,7 @@ def sample_once(rows, **kwargs):
     def tokens_to_logits(ids, cache):
         return jnp.broadcast_to(table, (ids.shape[0], table.shape[0])), cache
 
-    out = beam.sample_search(tokens_to_logits, {}, jax.random.key(kwargs.pop("seed", 0)),
+    out = loops.sample_search(tokens_to_logits, {}, jax.random.key(kwargs.pop("seed", 0)),
                                jnp.ones((rows,), jnp.int32), 1, **kwargs)
     return np.asarray(out)[:, 0]
 
@@ -410,8 +410,8 @@ def test_top_k_and_top_p_together_take_the_smaller_set():
 
 def test_filter_logits_values():
     logits = jnp.asarray([[1.0, 3.0, 2.0, 0.0]])
-    np.testing.assert_array_equal(beam.filter_logits(logits, 2.0), [[0.5, 1.5, 1.0, 0.0]])
-    kept = np.isfinite(np.asarray(beam.filter_logits(logits, top_k=2)))
+    np.testing.assert_array_equal(loops.filter_logits(logits, 2.0), [[0.5, 1.5, 1.0, 0.0]])
+    kept = np.isfinite(np.asarray(loops.filter_logits(logits, top_k=2)))
     assert kept.tolist() == [[False, True, True, False]]
 
 

@@ -12,7 +12,7 @@ import pytest
 from tests.model.test_attention import REAL, SEGMENTS, qkv, value_and_grads
 from tests.model.test_kernels import elu_plus_one, favor, feature_attention
 from transformer_jax.config import resume
-from transformer_jax.decoding import beam, decode
+from transformer_jax.decoding import decode, loops
 from transformer_jax.model import kernels
 from transformer_jax.model.kernels import _linear, linear, performer
 from transformer_jax.model.spec import TransformerConfig
@@ -189,7 +189,7 @@ def test_beam_search_reorders_the_recurrent_state_and_the_sparse_cache_with_its_
     encoded, segments = decode.encode(params, config, src)
     step, cache = decode.cached_step(params, config, jnp.repeat(encoded, k, 0),
                                      jnp.repeat(segments, k, 0), 12)
-    seqs, scores = jax.jit(lambda c: beam.beam_search(
+    seqs, scores = jax.jit(lambda c: loops.beam_search(
         step, c, beam_size=k, alpha=alpha, max_lengths=jnp.array([12, 9], jnp.int32),
         max_len=12))(cache)
     seqs, scores = np.asarray(seqs).reshape(2 * k, 12), np.asarray(scores).reshape(2 * k)
@@ -200,5 +200,5 @@ def test_beam_search_reorders_the_recurrent_state_and_the_sparse_cache_with_its_
         hyp = list(seqs[i])
         hyp = hyp[:hyp.index(1) + 1] if 1 in hyp else [t for t in hyp if t]
         total = sum(log_probs[i, t, token] for t, token in enumerate(hyp))
-        assert scores[i] == pytest.approx(total / beam.length_penalty(len(hyp), alpha),
+        assert scores[i] == pytest.approx(total / loops.length_penalty(len(hyp), alpha),
                                           abs=1e-4), (i, hyp)
