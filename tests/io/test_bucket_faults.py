@@ -153,9 +153,14 @@ def test_a_run_whose_bucket_fails_now_and_then_logs_the_losses_of_a_healthy_one(
     assert failed >= 5 and flaky.counts["delay", "gcsfs"] + flaky.counts["delay",
                                                                           "tensorstore"] > 0
     # Every failed request was retried, and the run's log says so: one line at each
-    # checkpoint and one at the end, whose counts add up to the proxy's.
+    # checkpoint and one at the end. Their counts hold every 503 and 429 gcsfs was answered,
+    # and never more than the proxy failed; TensorStore's and the resets may fall short of
+    # the proxy's (curl re-sends a request whose connection closed before any answer without
+    # telling TensorStore; 17, 18 and 19 of 19 logged in three runs of 2026-12-06).
     lines = [line for line in stderr.splitlines() if "bucket:" in line]
-    assert reported_retries(stderr) == failed, (
+    reported, seen = reported_retries(stderr), flaky.counts["503", "gcsfs"] + flaky.counts[
+        "429", "gcsfs"]
+    assert seen <= reported <= failed, (
         [line.split("bucket: ", 1)[1] for line in lines], sorted(flaky.counts.items()))
     failed_paths = " ".join(p for _, _, p, kind in flaky.log if kind in FAILURES)
     for written in ("metrics.jsonl", "events.out.tfevents", "checkpoints%2F10%2F"):

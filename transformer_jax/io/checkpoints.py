@@ -34,6 +34,7 @@ paper does before evaluating (the last 5 for the base model, 20 for the big one)
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -145,6 +146,9 @@ class Checkpoints:
                            for e in errors)
             reason = ("No space left on device" if no_space else
                       _first_line(errors[0]) if errors else "no reason given")
+            # The failed write leaves a coroutine of orbax's writer never awaited; Python
+            # would report it at the exit, after the one line that says what happened.
+            warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
             raise (DiskFull if no_space else UserError)(
                 f"checkpoint {step} could not be written to {self.directory}: {reason}; its "
                 "unfinished copy was removed")
