@@ -185,7 +185,7 @@ def pytest_sessionstart(session):
 # the runs in a bucket, the fuzz suite's long profile, the searches), run first and in this
 # order, so that none of them starts last with the other workers idle: `make test-slow` prints
 # its slowest tests, docs/testing.md keeps the list.
-LONG_FIRST = ("tests/training/test_compiled.py", "tests/integration/test_multihost.py",
+LONG_FIRST = ("tests/planning/test_compiled.py", "tests/integration/test_multihost.py",
               "tests/io/test_storage.py", "tests/fuzz/test_many_examples.py",
               "tests/sweeps/test_search.py", "tests/training/test_parallel.py")
 

@@ -5,8 +5,8 @@ fits, FLOPs and time, from its train step compiled for compile-only devices.
         [--mfu=0.4] [--json] [--config.FIELD=VALUE ...]
 
 ``--devices`` is NAME:COUNT or NAME:HOSTSxCOUNT (h100:8, h100:2x4, v5e:8; the names are
-:data:`transformer_jax.training.accelerators.ACCELERATORS`'). Needs the ``aot`` extra
-(``pip install -e '.[aot]'``). The library is :mod:`transformer_jax.training.planner`.
+:data:`transformer_jax.planning.accelerators.ACCELERATORS`'). Needs the ``aot`` extra
+(``pip install -e '.[aot]'``). The library is :mod:`transformer_jax.planning.planner`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
     import jax
 
     from transformer_jax.errors import UserError
-    from transformer_jax.training import accelerators, planner
+    from transformer_jax.planning import accelerators, planner
     from transformer_jax.training.spec import TrainingSpec
 
     cli.no_extra_args(argv)
@@ -55,7 +55,7 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
 if __name__ == "__main__":
     from absl import flags
 
-    from transformer_jax.training.planner import DEFAULT_MFU
+    from transformer_jax.planning.planner import DEFAULT_MFU
 
     devices_flag = flags.DEFINE_string("devices", None, "NAME:COUNT or NAME:HOSTSxCOUNT of "
                                        "compile-only devices, e.g. h100:8")

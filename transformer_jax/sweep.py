@@ -34,11 +34,11 @@ from ml_collections import config_flags
 
 from transformer_jax import cli, config as config_lib
 from transformer_jax.errors import UserError
+from transformer_jax.studies import pruners
 from transformer_jax.sweeps import experiment, launchers, run, status
 from transformer_jax.sweeps.report import archive
 from transformer_jax.sweeps.search import run as search, samplers, spec
 from transformer_jax.sweeps.search.spec import Search
-from transformer_jax.training import pruners
 
 
 def main(argv: Sequence[str], flag_values: Any) -> None:

@@ -316,7 +316,7 @@ def planner(tiny: bool) -> dict[str, Any]:
     """The planner's predictions beside what the GPU measures (module docstring)."""
     import subprocess
 
-    from transformer_jax.training import accelerators
+    from transformer_jax.planning import accelerators
 
     device = jax.devices()[0]
     if tiny or device.platform != "gpu":

@@ -14,13 +14,14 @@ import optuna
 import pytest
 from hypothesis import example, given, strategies as st
 
-from transformer_jax import config as config_lib
+from transformer_jax import config as config_lib, studies
 from transformer_jax.data import corpus, token_cache, tokenizer as tokenizer_lib
 from transformer_jax.io import metric_keys
+from transformer_jax.planning import accelerators
+from transformer_jax.studies import pruners
 from transformer_jax.sweeps import space
 from transformer_jax.sweeps.search import samplers
 from transformer_jax.sweeps.search.spec import Search
-from transformer_jax.training import accelerators, pruners, studies
 
 from . import strategies as gen
 from .fuzzing import accepted, examples, judged, outcome, warnings_logged

@@ -17,6 +17,7 @@ import optuna
 import pytest
 from absl import app  # noqa: F401 -- its flags defined before the commands run here
 
+from transformer_jax import studies
 from transformer_jax.io import workdirs
 from transformer_jax.sweeps import launchers
 from transformer_jax.sweeps.experiment import load_experiment
@@ -28,7 +29,7 @@ from transformer_jax.sweeps.search import (
     trials as trials_lib,
 )
 from transformer_jax.sweeps.search.spec import Search
-from transformer_jax.training import stops, studies
+from transformer_jax.training import stops
 
 from ..gcs_emulator import free_port
 from ..helpers import ROOT, run_command, tiny_overrides
@@ -338,7 +339,7 @@ from transformer_jax.sweeps import launchers
 from transformer_jax.sweeps.search import controller
 from transformer_jax.sweeps.experiment import load_experiment
 from transformer_jax.sweeps.search.spec import Search
-from transformer_jax.training import studies
+from transformer_jax import studies
 root, sampler, go = sys.argv[1], sys.argv[2], sys.argv[5]
 trials, asks = int(sys.argv[3]), int(sys.argv[4])
 sweep = load_experiment("configs/table3.py:base", space=["optim.lr_scale=log:0.25:4",

@@ -9,12 +9,13 @@ import jax
 import optuna
 import pytest
 
-from transformer_jax import config as config_lib
+from transformer_jax import config as config_lib, studies
 from transformer_jax.config import resume
 from transformer_jax.errors import ConfigError, UserError
 from transformer_jax.io import checkpoint_integrity, checkpoints, layout, workdirs
 from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.training import pruners, stops, studies
+from transformer_jax.studies import pruners
+from transformer_jax.training import stops
 from transformer_jax.training.spec import TrainingSpec
 from transformer_jax.training.step import create_train_state
 

@@ -148,7 +148,7 @@ def base_config() -> ml_collections.ConfigDict:
     s.study = ""  # the study's name
     s.trial = 0  # the trial's number in the study
     s.objective = "perplexity"  # a validation figure, io/metric_keys.py OBJECTIVES
-    # The pruner, a module of training/pruners/ (which checks the name): "asha" (successive
+    # The pruner, a module of studies/pruners/ (which checks the name): "asha" (successive
     # halving from the first rung), "median" (optuna's MedianPruner) or "none". The default
     # pruner of every search and pruned grid is this one.
     s.prune = "asha"

@@ -26,7 +26,8 @@ from transformer_jax.config import resume
 from transformer_jax.data.pipeline import DataSpec
 from transformer_jax.decoding.decode import DecodeConfig
 from transformer_jax.model.spec import TransformerConfig
-from transformer_jax.training import pruners, schedules
+from transformer_jax.studies import pruners
+from transformer_jax.training import schedules
 
 
 @dataclasses.dataclass(frozen=True)

@@ -138,7 +138,7 @@ def executor_for(optim: OptimSpec, loop: LoopSpec, model_config: TransformerConf
                  ) -> parallel.PmapExecutor | parallel.ShardedExecutor:
     """The train and eval steps, compiled for ``loop.parallel`` ("sharded" or "pmap") on
     ``devices`` (default: those ``train.devices`` names; compile-only devices compile the
-    steps for an accelerator this machine lacks, training/compiled.py); the train step takes
+    steps for an accelerator this machine lacks, planning/compiled.py); the train step takes
     a batch of ``optim.grad_accum_steps`` stacked micro-batches when that is above 1
     (:func:`train_step`)."""
     train_fn = functools.partial(

@@ -23,11 +23,11 @@ The watches:
   of the run's evaluations so far.
 * :class:`TrialWatch` (``search.storage`` set): reports ``search.objective`` to trial
   ``search.trial`` of the Optuna study ``search.study`` and stops when its pruner
-  (``search.prune``, a module of training/pruners/) says the trial should be pruned, except
+  (``search.prune``, a module of studies/pruners/) says the trial should be pruned, except
   at the run's last step, where stopping saves nothing. It never tells the study the trial's
   final state: the controller does, from the record.
 
-:func:`studies.open_storage` and the pruner registry (training/pruners/) are the ones the
+:func:`studies.open_storage` and the pruner registry (studies/pruners/) are the ones the
 controller uses too, so both sides open the same storage and judge with the same pruner.
 """
 
@@ -41,9 +41,10 @@ from typing import TYPE_CHECKING, Any
 
 import ml_collections
 
+from transformer_jax import studies
 from transformer_jax.errors import STOP_EXIT_STATUS, TrainingStopped, UserError
 from transformer_jax.io import layout, metric_keys, storage, workdirs
-from transformer_jax.training import pruners, studies
+from transformer_jax.studies import pruners
 
 if TYPE_CHECKING:  # the spec imports JAX and the data; the sweeps import this module without
     from transformer_jax.training.spec import StopSpec

@@ -37,7 +37,7 @@ from transformer_jax.io import (
 )
 from transformer_jax.io.logs import MetricWriter
 from transformer_jax.model import counts
-from transformer_jax.training import compiled, faults, parallel, results, schedules, stops
+from transformer_jax.training import faults, memory, parallel, results, schedules, stops
 from transformer_jax.training.meters import CheckpointClock, LogWindow, MfuMeter, Profile
 from transformer_jax.training.spec import TrainingSpec
 from transformer_jax.training.step import executor_for, initial_state, state_bytes
@@ -129,7 +129,7 @@ class Run:
         self._log_model(state)
         # A step that cannot fit the device stops here, in one line, not at its first
         # step with an out-of-memory error.
-        compiled.check_fits(self.executor, state, spec, self.rows, self.row_len)
+        memory.check_fits(self.executor, state, spec, self.rows, self.row_len)
         self.state = self.executor.place(state)
 
         self.window = LogWindow(self.step)

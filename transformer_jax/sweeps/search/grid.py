@@ -9,13 +9,13 @@ from typing import Any
 
 import optuna
 
+from transformer_jax import studies
 from transformer_jax.io import storage
 from transformer_jax.sweeps import launchers, records
 from transformer_jax.sweeps.experiment import Point, Sweep
 from transformer_jax.sweeps.search import study as study_lib
 from transformer_jax.sweeps.search.controller import Controller, search_overrides
 from transformer_jax.sweeps.search.spec import Search
-from transformer_jax.training import studies
 
 
 class GridTrials:

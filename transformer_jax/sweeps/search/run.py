@@ -11,7 +11,7 @@ the remaining seeds and rank them on the mean.
 The rooms: the flags' spec (spec.py), the study and the claims on its trials
 (study.py), a trial's points and which trials are confirmed (trials.py), the controller that
 asks, trains and tells (controller.py), the samplers (samplers/) and pruners
-(training/pruners/), one module each, the status (progress.py), a pruned grid's trials
+(studies/pruners/), one module each, the status (progress.py), a pruned grid's trials
 (grid.py), the report's section (summary.py). This module checks a search and
 starts its controller.
 
@@ -36,6 +36,7 @@ from typing import Any
 
 import optuna
 
+from transformer_jax import studies
 from transformer_jax.errors import UserError
 from transformer_jax.io import storage
 from transformer_jax.sweeps import launchers, records, space
@@ -47,7 +48,6 @@ from transformer_jax.sweeps.search import progress, samplers, study as study_lib
 from transformer_jax.sweeps.search.controller import Controller, search_overrides
 from transformer_jax.sweeps.search.spec import Search
 from transformer_jax.sweeps.search.trials import confirming, known_points, trial_points
-from transformer_jax.training import studies
 
 
 def check_sweep(sweep: Sweep) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from transformer_jax import config as config_lib
+from transformer_jax import config as config_lib, studies
 from transformer_jax.errors import UserError, shown
 from transformer_jax.io import metric_keys
+from transformer_jax.studies import pruners
 from transformer_jax.sweeps.search import samplers
-from transformer_jax.training import pruners, studies
 
 # The pruner of a search that names none: the config's (config/defaults.py), its one place.
 DEFAULT_PRUNE = config_lib.base_config().search.prune
@@ -32,7 +32,7 @@ class Search:
     """How a sweep searches: its ``sampler`` (a module of sweeps/search/samplers/; "auto" chooses),
     ``trials`` explored, the study's ``storage`` (a SQLAlchemy URL; "" for the journal file in
     the root), the ``objective`` (metric_keys.OBJECTIVES), the ``prune`` (a module of
-    training/pruners/), the settings to ``confirm`` on the sweep's remaining seeds after
+    studies/pruners/), the settings to ``confirm`` on the sweep's remaining seeds after
     exploring with its first (0: every trial trains every seed), and the search's ``seed``
     (None: the sweep's train.seed)."""
 

@@ -3,7 +3,7 @@ included.
 
 The study (named after the sweep) is in ``ROOT/study.journal`` (Optuna's journal file) or in
 the database of ``--storage``. A bucket cannot lock a journal file, so a search rooted in one
-needs ``--storage`` (training/studies.py says so in one line).
+needs ``--storage`` (studies/__init__.py says so in one line).
 
 Each trial records in its user attributes what the controller needs to share it with others:
 its ``phase`` (exploring or confirming), the trial number its workdirs are ``named`` after,
@@ -33,9 +33,9 @@ from typing import Any
 
 import optuna
 
+from transformer_jax import studies
 from transformer_jax.errors import UserError
 from transformer_jax.io import holds, layout, storage, workdirs
-from transformer_jax.training import studies
 
 # How often a controller renews the heartbeat of the trials it runs, and polls a scheduler.
 HEARTBEAT_S = holds.HEARTBEAT_S

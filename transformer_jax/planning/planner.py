@@ -10,7 +10,8 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-from transformer_jax.training import accelerators, compiled, hardware
+from transformer_jax.planning import accelerators, compiled
+from transformer_jax.training import hardware, memory
 from transformer_jax.training.spec import TrainingSpec
 
 DEFAULT_MFU = 0.40  # a fair target for a well-fed Transformer step on one node
@@ -22,7 +23,7 @@ GiB = 2 ** 30
 class Plan:
     target: accelerators.Target
     step: compiled.Step  # the step as configured
-    fit: compiled.Fit
+    fit: memory.Fit
     model_flops: float  # one optimizer step, all devices (params' count)
     peak_flops: float  # one device's data-sheet bf16 peak
     mfu: float
@@ -45,7 +46,7 @@ class Plan:
 
 def allocator_limit(target: accelerators.Target) -> int:
     """What XLA's allocator may hand out on one device of ``target``."""
-    return compiled.usable_bytes(target.memory_bytes, target.accelerator.platform)
+    return memory.usable_bytes(target.memory_bytes, target.accelerator.platform)
 
 
 def largest_fitting(spec: TrainingSpec, devices: list, step: compiled.Step,
@@ -84,7 +85,7 @@ def plan(spec: TrainingSpec, target: accelerators.Target,
     """Compiles ``spec``'s train step for ``target`` and plans the run."""
     devices = accelerators.devices_of(target)
     step = compiled.train_step(spec, devices)
-    fit = compiled.Fit(step.memory.peak_bytes, allocator_limit(target))
+    fit = memory.Fit(step.memory.peak_bytes, allocator_limit(target))
     accum = spec.optim.grad_accum_steps
     model_flops = compiled.model_flops(spec, step.tokens) * accum
     peak = hardware.known_peak(devices[0])
@@ -131,12 +132,12 @@ def describe(p: Plan, spec: TrainingSpec) -> list[str]:
     lines = [
         f"devices: {t} ({a.description}, {t.memory_bytes / GiB:.1f} GiB; the allocator's "
         f"limit {limit / GiB:.1f} GiB, {p.fit.budget / GiB:.1f} GiB planned after "
-        f"{compiled.HEADROOM:.0%} headroom)",
+        f"{memory.HEADROOM:.0%} headroom)",
         f"step: train.parallel={spec.loop.parallel}, model_parallel="
         f"{spec.loop.model_parallel}, {spec.model.dtype}; {s.rows} rows x {s.row_len} "
         f"slots = {s.tokens:,} tokens a side a micro-batch, {p.grad_accum_steps} "
         f"micro-batch(es) a step; compiled in {s.compile_seconds:.0f} s",
-        f"memory: {compiled.describe_memory(s.memory)}",
+        f"memory: {memory.describe_memory(s.memory)}",
     ]
     if p.fit.fits:
         lines.append(f"fits: {s.memory.peak_bytes / GiB:.2f} of {p.fit.budget / GiB:.2f} GiB "

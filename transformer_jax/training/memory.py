@@ -1,40 +1,26 @@
-"""The train step as XLA compiles it for a device, and what that says before a step runs:
-memory a device, matmul FLOPs, collectives, and whether it fits.
-
-    step = compiled.train_step(spec, devices)          # compile-only devices, or real ones
-    step.memory.peak_bytes, step.matmul_flops, step.all_reduced
-
-The step is the executor's own (``step.executor_for``'s jitted train function) lowered on
-abstract arrays (nothing is allocated) for the config's batch: ``data.tokens_per_batch`` over
-rows of ``data.row_len`` (``data.max_len`` when the row length is chosen from the data)
-slots a micro-batch, ``optim.grad_accum_steps`` micro-batches a step (one program, which
-runs them in a loop: its FLOPs are the whole optimizer step's).
+"""Memory a device for a compiled train step, and whether it fits the device before the run's
+first step (:func:`check_fits`, called by train.py on an accelerator).
 
 Memory a device is XLA's buffer assignment (``memory_analysis``): arguments (the state and
-the batch) + outputs - what outputs share with donated arguments + temporaries. FLOPs and
-collectives are read from the compiled modules (:mod:`transformer_jax.training.hlo`).
+the batch) + outputs - what outputs share with donated arguments + temporaries + code. The
+planner (``transformer_jax/planning/``) reads the same figures from a step compiled for an
+accelerator this machine lacks.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from transformer_jax.data import batching
 from transformer_jax.errors import UserError
-from transformer_jax.model import counts
 from transformer_jax.model.losses import BATCH_FIELDS
-from transformer_jax.training.hlo import all_reduced_elements, hlo_modules, matmul_flops, xla_flops
 from transformer_jax.training.spec import LoopSpec, TrainingSpec
-from transformer_jax.training.step import executor_for, initial_state
 
 # Memory a device's allocator may hand out that a compiled step may plan to use: XLA's
 # buffer assignment on a compile-only GPU is made without autotuning (no device to time
@@ -70,40 +56,10 @@ class Memory:
         return max(self.arguments - self.parameters - self.optimizer, 0)
 
 
-@dataclasses.dataclass(frozen=True)
-class Step:
-    """One compiled train step and its figures (all a device)."""
-
-    compiled: Any
-    memory: Memory
-    matmul_flops: float  # the module's matrix products, per device, all micro-batches
-    xla_flops: float  # XLA's HLO cost analysis: every instruction
-    all_reduced: int  # elements the module's all-reduces sum over devices
-    rows: int  # global rows of a micro-batch
-    row_len: int
-    num_devices: int
-    compile_seconds: float
-
-    @property
-    def tokens(self) -> int:
-        """Token slots a side of one micro-batch, over all devices."""
-        return self.rows * self.row_len
-
-
-def row_len_of(spec: TrainingSpec) -> int:
-    """The rows' slots without data at hand: ``data.row_len``, else ``data.max_len``."""
-    return spec.data.rows.row_len or spec.data.rows.max_len
-
-
-def abstract_state(spec: TrainingSpec) -> Any:
-    """The train state of ``spec`` as ShapeDtypeStructs (nothing allocated)."""
-    return jax.eval_shape(lambda: initial_state(spec.optim, spec.model, jax.random.key(0)))
-
-
 KEY = jax.ShapeDtypeStruct((), jax.random.key(0).dtype)
 
 
-def _lower_args(executor: Any, state: Any, rows: int, row_len: int,
+def lower_args(executor: Any, state: Any, rows: int, row_len: int,
                 micro_batches: int = 1) -> tuple:
     """(state, batch, key) as the executor's jitted train function takes them: a batch of
     ``micro_batches`` stacked micro-batches of ``rows`` x ``row_len`` when above 1."""
@@ -116,25 +72,6 @@ def _lower_args(executor: Any, state: Any, rows: int, row_len: int,
         return replicated, batch, KEY
     batch = {f: jax.ShapeDtypeStruct((*stack, rows, row_len), jnp.int32) for f in BATCH_FIELDS}
     return state, batch, KEY
-
-
-def batch_rows(spec: TrainingSpec, num_devices: int, processes: int = 1) -> int:
-    """Global rows of one micro-batch for ``spec`` on ``num_devices`` devices."""
-    per_process = num_devices // processes
-    shape = batching.batch_shape(spec.data.batch.tokens_per_batch, row_len_of(spec),
-                                 spec.optim.grad_accum_steps, per_process, processes)
-    return shape.rows
-
-
-def lower_train_step(spec: TrainingSpec, devices: Sequence[jax.Device],
-                     rows: int | None = None) -> tuple[Any, Any, int]:
-    """(lowered train step, abstract state, rows) of ``spec`` on ``devices``."""
-    processes = len({d.process_index for d in devices})
-    rows = rows or batch_rows(spec, len(devices), processes)
-    state = abstract_state(spec)
-    executor = executor_for(spec.optim, spec.loop, spec.model, state, devices=devices)
-    args = _lower_args(executor, state, rows, row_len_of(spec), spec.optim.grad_accum_steps)
-    return executor._train.lower(*args), state, rows
 
 
 def _state_bytes(tree: Any, devices: int, model_parallel: int, kind: str) -> int:
@@ -163,29 +100,6 @@ def memory_of(compiled: Any, state: Any, loop: LoopSpec, num_devices: int) -> Me
                   code=m.generated_code_size_in_bytes,
                   parameters=_state_bytes(state.params, num_devices, mp, kind),
                   optimizer=_state_bytes(state.opt_state, num_devices, mp, kind))
-
-
-def train_step(spec: TrainingSpec, devices: Sequence[jax.Device],
-               rows: int | None = None, options: dict[str, Any] | None = None) -> Step:
-    """Compiles ``spec``'s train step for ``devices`` and measures it."""
-    import time
-
-    start = time.perf_counter()
-    lowered, state, rows = lower_train_step(spec, devices, rows)
-    compiled = lowered.compile(options)
-    seconds = time.perf_counter() - start
-    modules = hlo_modules(compiled)
-    return Step(compiled=compiled, memory=memory_of(compiled, state, spec.loop, len(devices)),
-                matmul_flops=matmul_flops(modules), xla_flops=xla_flops(modules),
-                all_reduced=all_reduced_elements(modules), rows=rows,
-                row_len=row_len_of(spec), num_devices=len(devices),
-                compile_seconds=seconds)
-
-
-def model_flops(spec: TrainingSpec, tokens: int) -> float:
-    """:mod:`transformer_jax.model.params`' training FLOPs for ``tokens`` target tokens
-    (source as many), all devices together."""
-    return float(counts.train_flops_per_token(spec.model, row_len_of(spec))) * tokens
 
 
 def usable_bytes(device_bytes: int, platform: str, mem_fraction: float | None = None) -> int:
@@ -249,7 +163,7 @@ def check_fits(executor: Any, state: Any, spec: TrainingSpec, rows: int,
         return None
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), jnp.result_type(x)),
                             state)
-    step = executor._train.lower(*_lower_args(executor, abstract, rows, row_len,
+    step = executor._train.lower(*lower_args(executor, abstract, rows, row_len,
                                                spec.optim.grad_accum_steps)).compile()
     memory = memory_of(step, abstract, spec.loop, len(devices))
     fit = decide(memory, int(stats["bytes_limit"]), here[0].device_kind)
@@ -273,7 +187,3 @@ def decide(memory: Memory, limit: int, device_kind: str) -> Fit:
     return fit
 
 
-def to_json(step: Step) -> str:
-    m = step.memory
-    return json.dumps({"peak_bytes": m.peak_bytes, "temporaries": m.temporaries,
-                       "matmul_flops": step.matmul_flops, "rows": step.rows})

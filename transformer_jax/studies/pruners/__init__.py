@@ -1,7 +1,7 @@
 """Pruners, one module each, found by name: how a trial's run is judged at each evaluation.
 
 ``search.prune`` (a sweep's ``--prune``) names a module of this package: "asha" is
-``transformer_jax.training.pruners.asha``; a pruner kept elsewhere is one file in a directory
+``transformer_jax.studies.pruners.asha``; a pruner kept elsewhere is one file in a directory
 of ``TRANSFORMER_JAX_PRUNERS`` (the mechanism is :class:`transformer_jax.plugins.Registry`'s).
 The pruners here:
 

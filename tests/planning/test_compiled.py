@@ -4,7 +4,7 @@ this machine does not have: compile-only NVIDIA H100s (JAX's CUDA plugin) and TP
 decided, against figures worked out here independently of the code under test:
 
 * memory a device (XLA's buffer assignment) below the device's allocator limit with
-  compiled.HEADROOM (10%) left: without a device nothing is timed, so a real GPU's
+  memory.HEADROOM (10%) left: without a device nothing is timed, so a real GPU's
   autotuner may choose other kernels and workspaces; and the state's share of the arguments equal to
   the parameter count x 4 bytes x 3 (parameters and Adam's two moments, float32) on the
   device's share of the model axis;
@@ -55,7 +55,8 @@ from transformer_jax import config as config_lib
 from transformer_jax.decoding import decode
 from transformer_jax.errors import UserError
 from transformer_jax.model import counts
-from transformer_jax.training import accelerators, compiled, hlo
+from transformer_jax.planning import accelerators, compiled, hlo
+from transformer_jax.training import memory
 from transformer_jax.training.spec import TrainingSpec
 
 from ..needs import require
@@ -191,14 +192,14 @@ def check_step(case, limit, flops=True):
     assert step.rows % n == 0 and abs(step.tokens - tokens) <= 256 * n
     # Memory: within the allocator's limit with the headroom left; the state's share as
     # counted here (pmap keeps a whole replica a device).
-    memory = step.memory
-    assert memory.peak_bytes <= limit * (1 - compiled.HEADROOM), compiled.describe_memory(memory)
+    used = step.memory
+    assert used.peak_bytes <= limit * (1 - memory.HEADROOM), memory.describe_memory(used)
     expected_state = state_bytes(config, mp if kind == "sharded" else 1)
     # (Adam's step counters are a few bytes more.)
-    assert memory.parameters + memory.optimizer == pytest.approx(expected_state, abs=64)
-    assert memory.arguments >= expected_state
+    assert used.parameters + used.optimizer == pytest.approx(expected_state, abs=64)
+    assert used.arguments >= expected_state
     # Donated: the new state reuses the old one's buffers.
-    assert memory.aliased >= expected_state * 0.99
+    assert used.aliased >= expected_state * 0.99
     # Gradients summed over devices only where there are several.
     per_device_params = expected_state // 12
     if n == 1:
@@ -279,10 +280,10 @@ def test_cached_decoder_step_compiles_for_h100(cuda):
     everything = hlo.xla_flops(modules)
     assert 2 * rows * per_row + over_cache <= everything
     assert everything <= 1.05 * (2 * rows * per_row + over_cache)
-    memory = executable.memory_analysis()
-    need = (memory.argument_size_in_bytes + memory.output_size_in_bytes
-            - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
-    assert need <= H100_LIMIT_BYTES * (1 - compiled.HEADROOM)
+    analysis = executable.memory_analysis()
+    need = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes
+            - analysis.alias_size_in_bytes + analysis.temp_size_in_bytes)
+    assert need <= H100_LIMIT_BYTES * (1 - memory.HEADROOM)
 
 
 @pytest.mark.slow
@@ -300,15 +301,15 @@ def test_beam_search_compiles_for_h100(cuda):
         executable = decode.generate.lower(params, inputs, max_lengths, key, config=mc,
                                            decoding=decoding,
                                            max_len=OUTPUT_LEN).compile(NO_AUTOTUNE_CUBLAS)
-    memory = executable.memory_analysis()
-    need = (memory.argument_size_in_bytes + memory.output_size_in_bytes
-            - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
-    assert need <= H100_LIMIT_BYTES * (1 - compiled.HEADROOM)
+    analysis = executable.memory_analysis()
+    need = (analysis.argument_size_in_bytes + analysis.output_size_in_bytes
+            - analysis.alias_size_in_bytes + analysis.temp_size_in_bytes)
+    assert need <= H100_LIMIT_BYTES * (1 - memory.HEADROOM)
     param_bytes = 4 * params_by_hand(config)
     # The final phase's cache: keys and values of every decoder layer for every hypothesis.
     cache = 2 * mc.num_layers * SENTENCES * decoding.beam_size * OUTPUT_LEN * d_bf16(mc)
-    assert memory.argument_size_in_bytes >= param_bytes
-    assert memory.temp_size_in_bytes >= cache
+    assert analysis.argument_size_in_bytes >= param_bytes
+    assert analysis.temp_size_in_bytes >= cache
 
 
 def d_bf16(mc):
@@ -333,20 +334,20 @@ def test_devices_are_parsed_or_refused_in_one_line():
         assert "\n" not in str(error.value)
 
 
-def memory(peak_temporaries, state=10 * 2 ** 30):
-    return compiled.Memory(arguments=state, outputs=state, aliased=state,
-                           temporaries=peak_temporaries, code=0, parameters=state // 3,
-                           optimizer=2 * state // 3)
+def step_memory(peak_temporaries, state=10 * 2 ** 30):
+    return memory.Memory(arguments=state, outputs=state, aliased=state,
+                         temporaries=peak_temporaries, code=0, parameters=state // 3,
+                         optimizer=2 * state // 3)
 
 
 def test_a_step_that_does_not_fit_stops_in_one_line_naming_the_figures():
     """The start-up decision for a device whose allocator hands out 60 GiB: 54 GiB with the
     headroom; a step of 10 GiB of state and 40 GiB of temporaries fits, one of 50 does not."""
     limit = 60 * 2 ** 30
-    fit = compiled.decide(memory(40 * 2 ** 30), limit, "NVIDIA H100 80GB HBM3")
+    fit = memory.decide(step_memory(40 * 2 ** 30), limit, "NVIDIA H100 80GB HBM3")
     assert fit.fits and fit.budget == int(limit * 0.9) and fit.need == 50 * 2 ** 30
     with pytest.raises(UserError) as error:
-        compiled.decide(memory(50 * 2 ** 30), limit, "NVIDIA H100 80GB HBM3")
+        memory.decide(step_memory(50 * 2 ** 30), limit, "NVIDIA H100 80GB HBM3")
     message = str(error.value)
     assert "\n" not in message
     assert "60.00 GiB" in message and "54.00 GiB" in message and "60.00 GiB a device" in message
@@ -363,8 +364,8 @@ def test_a_cpu_reports_no_limit_and_is_not_checked():
     mc = counts.model_config_of(config)
     state = create_train_state(config, mc, jax.random.key(0))
     executor = make_executor(config, mc, state, devices=jax.devices()[:1])
-    assert compiled.check_fits(executor, state, TrainingSpec.from_config(config), rows=8,
-                               row_len=16) is None
+    assert memory.check_fits(executor, state, TrainingSpec.from_config(config), rows=8,
+                             row_len=16) is None
 
 
 @pytest.mark.parametrize("kind", ["sharded", "pmap"])
@@ -388,17 +389,17 @@ def test_an_accumulating_step_is_compiled_whole(kind):
 
 def test_gpu_memory_limit_follows_the_allocator_fraction(monkeypatch):
     monkeypatch.delenv("XLA_PYTHON_CLIENT_MEM_FRACTION", raising=False)
-    assert compiled.usable_bytes(1000, "cuda") == 750
+    assert memory.usable_bytes(1000, "cuda") == 750
     monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", ".9")
-    assert compiled.usable_bytes(1000, "cuda") == 900
-    assert compiled.usable_bytes(1000, "tpu") == 1000
+    assert memory.usable_bytes(1000, "cuda") == 900
+    assert memory.usable_bytes(1000, "tpu") == 1000
 
 
 @pytest.mark.slow
 def test_the_largest_batch_that_fits_is_found_by_compiling(cuda):
     """A small model whose step at 64 rows a device is given a budget it misses: the search,
     allowed 2 more compiles, returns a step within the budget."""
-    from transformer_jax.training import planner
+    from transformer_jax.planning import planner
 
     config = paper_config("base", "bfloat16", "sharded", 1)
     config.model.update(num_layers=1, d_model=64, d_ff=128, num_heads=2)
