@@ -106,7 +106,9 @@ def no_extra_args(argv: list[str]) -> None:
 def setup_logging() -> None:
     """Plain timestamped lines on stderr; the libraries' own chatter quieted."""
     # Quieted first: absl announces use_python_logging() at INFO when called again.
-    for noisy in ("absl", "jax", "orbax", "etils", "tensorflow_datasets", "grain", "sacrebleu"):
+    # fsspec: a line at INFO each time a file in a bucket is opened for reading.
+    for noisy in ("absl", "jax", "orbax", "etils", "tensorflow_datasets", "grain", "sacrebleu",
+                  "fsspec"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     absl_logging.use_python_logging()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S",

@@ -21,6 +21,7 @@ from transformer_jax.sweeps.status import status_lines
 from transformer_jax.training import faults, train
 
 from ..helpers import ROOT, tiny_config, tiny_experiment
+from ..integration.test_quiet_output import library_lines
 
 
 def test_files_are_written_whole_locally_and_in_a_bucket(tmp_path, bucket):
@@ -182,6 +183,7 @@ def test_a_run_in_a_bucket_stopped_and_resumed_gives_the_losses_of_a_local_run(
          "--split=validation", "--limit=4", "--average=1"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
+    assert library_lines(out.stderr) == []
     written = [p for p in (run / "eval").iterdir() if p.name.startswith("validation-")]
     assert json.loads(next(p for p in written if p.suffix == ".json").read_text()
                       )["sentences"] == 4
@@ -192,6 +194,7 @@ def test_a_run_in_a_bucket_stopped_and_resumed_gives_the_losses_of_a_local_run(
          f"--input={source}", f"--output={bucket}/out.txt"],
         capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
+    assert library_lines(out.stderr) == []
     assert len(storage.path(f"{bucket}/out.txt").read_text().splitlines()) == 2
 
 
