@@ -24,10 +24,10 @@ import numpy as np
 
 from transformer_jax.errors import UserError
 from transformer_jax.evaluation import sentence_stats
-from transformer_jax.io import storage
+from transformer_jax.io import layout, storage
 
 RECORDS = "records"
-DEFINITION = "sweep.json"
+DEFINITION = layout.SWEEP  # the sweep's record, as a sweep root holds it
 ROW = "row"
 # Row fields not kept: the translations (their statistics are) and the arrays themselves.
 NOT_KEPT = ("translations", "sentence_stats")
