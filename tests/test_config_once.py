@@ -47,8 +47,6 @@ NOT_CONVERTED = {
     "evaluation/score.py:write_sentence_stats",
     "exports/ctranslate2.py:export",
     "exports/hf.py:export",
-    "model/counts.py:model_config_of",
-    "model/counts.py:num_params",
     "sweeps/checks.py:check_workdir_model",
     "sweeps/cpu_peak.py:shared_cpu_peak",
     "sweeps/records.py:point_record",
