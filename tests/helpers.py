@@ -29,6 +29,15 @@ TINY = TransformerConfig(vocab_size=40, num_layers=2, d_model=32, d_ff=64, num_h
 TINY_PEAK_FLOPS = 1e12
 
 
+def workdir_spec(workdir):
+    """The spec of a trained workdir's config.json, as the commands that use its model build
+    it (restore.WorkdirSpec)."""
+    from transformer_jax.config import resume
+    from transformer_jax.evaluation import restore
+
+    return restore.WorkdirSpec.from_config(resume.workdir_config(workdir))
+
+
 def tiny_config(data_dir, **train):
     """A seconds-long run on the built-in corpus: 1 layer, d_model 32, 16-token rows."""
     c = config_lib.build("base", "builtin")

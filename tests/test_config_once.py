@@ -1,9 +1,9 @@
 """The experiment config is read once: the entry points read it into frozen specs
-(training/spec.py's TrainingSpec, DataSpec, TransformerConfig, DecodeConfig) and the code
-below them takes the specs. Every function of the package is read here (its source, not run)
-and a parameter that takes the whole experiment config -- annotated ``ConfigDict`` (a
-section's parameter is named after its section), or a ``config`` of no type or ``Any`` -- is
-allowed only where listed below."""
+(training/spec.py's TrainingSpec, DataSpec, TransformerConfig, DecodeConfig, a trained
+workdir's WorkdirSpec, a sweep point's PointSpec) and the code below them takes the specs.
+Every function of the package is read here (its source, not run) and a parameter that takes
+the whole experiment config -- annotated ``ConfigDict`` (a section's parameter is named after
+its section), or a ``config`` of no type or ``Any`` -- is allowed only where listed below."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "transformer_jax"
 
 # Where the whole config belongs: the config package (which builds, overrides, validates and
 # records it in the workdir: config/resume.py), the commands (the layers' top, and cli.py)
-# and the sweep's point builder, which makes configs.
+# and the sweep's point builder, which makes a config a point and reads it into the point's
+# PointSpec, which the rest of sweeps/ takes.
 READERS = ("config/", "main.py", "sweep.py", "compare.py", "evaluate.py", "translate.py",
            "visualize.py", "params.py", "plan.py", "prepare.py", "export.py", "cli.py",
            "sweeps/points.py")
@@ -40,23 +41,6 @@ ADAPTERS = {
 SCHEDULE_READERS = ("training/schedules/__init__.py:settings",
                     "training/schedules/__init__.py:_value",
                     "training/schedules/__init__.py:check")
-# Not yet converted to specs: each is to go from this list when its module takes specs.
-NOT_CONVERTED = {
-    "evaluation/restore.py:load_workdir",
-    "evaluation/score.py:evaluate_workdir",
-    "evaluation/score.py:write_sentence_stats",
-    "exports/ctranslate2.py:export",
-    "exports/hf.py:export",
-    "model/counts.py:model_config_of",
-    "model/counts.py:num_params",
-    "sweeps/checks.py:check_workdir_model",
-    "sweeps/cpu_peak.py:shared_cpu_peak",
-    "sweeps/records.py:point_record",
-    "sweeps/search/controller.py:Controller._job",
-    "sweeps/start.py:job",
-    "sweeps/start.py:standing",
-    "sweeps/vocab.py:share_vocabulary",
-}
 
 MODEL = "model/"
 SECTIONS = frozenset(config_lib.base_config().keys())
@@ -108,10 +92,7 @@ def config_takers() -> set[str]:
 
 
 def test_the_model_cannot_see_the_experiment_config():
-    unconverted = {f.split(":")[0] for f in NOT_CONVERTED}
     for path in sorted((PACKAGE / MODEL).rglob("*.py")):
-        if path.relative_to(PACKAGE).as_posix() in unconverted:
-            continue
         imported = {alias.name for node in ast.walk(ast.parse(path.read_text()))
                     if isinstance(node, ast.Import | ast.ImportFrom)
                     for alias in node.names} | {
@@ -123,15 +104,12 @@ def test_the_model_cannot_see_the_experiment_config():
 
 def test_no_function_below_the_entry_points_takes_the_whole_config():
     found = config_takers() - set(ADAPTERS) - set(SCHEDULE_READERS)
-    assert sorted(found - NOT_CONVERTED) == [], "take the specs instead of the config"
-    # A module converted since leaves the list, so that it stays converted.
-    assert sorted(NOT_CONVERTED - found) == [], "converted: remove from NOT_CONVERTED"
+    assert sorted(found) == [], "take the specs instead of the config"
 
 
 def test_training_takes_specs_alone():
-    """The training package is converted whole: its only config readers are the adapters
-    and the schedule registry's readers."""
-    assert not [f for f in NOT_CONVERTED if f.startswith("training/")]
+    """The training package takes specs: its only config readers are the adapters and the
+    schedule registry's readers."""
     assert {f for f in config_takers() if f.startswith("training/")} == {
         *(a for a in ADAPTERS if a.startswith("training/")), *SCHEDULE_READERS}
 

@@ -28,15 +28,18 @@ EVALUATE_OVERRIDES = ("decode", "data.data_dir", "data.eval_files", "data.test_f
 def main(argv: list[str], flags_: dict[str, Any]) -> None:
     from tqdm import tqdm
 
-    from transformer_jax.evaluation import score, translation
+    from transformer_jax.data.pipeline import DataSpec
+    from transformer_jax.evaluation import restore, score, translation
 
     cli.no_extra_args(argv)
     with cli.clean_errors():
         workdir = flags_["workdir"].value
         config = resume.workdir_config(workdir, cli.override_values(flags_["config"]),
                                     EVALUATE_OVERRIDES)
+        # The config read once: the run's spec and its data's.
+        run, data = restore.WorkdirSpec.from_config(config), DataSpec.from_config(config)
         if flags_["sentence_stats"].value:
-            r = score.write_sentence_stats(workdir, config)
+            r = score.write_sentence_stats(workdir, run, data)
             print(f"{workdir}: validation PPL {r['validation_ppl']:.4f} over {r['sentences']} "
                   f"sentences (checkpoint(s) {', '.join(map(str, r['checkpoints']))}), "
                   f"{r['test_sentences']} test sentences' BLEU and chrF statistics written")
@@ -44,8 +47,8 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
         split, average = flags_["split"].value, flags_["average"].value
         with tqdm(desc=f"translating {split}", unit=" sentences", file=sys.stderr,
                   leave=False) as bar:
-            r = score.evaluate_workdir(workdir, config, split, average,
-                                          flags_["limit"].value, bar.update)
+            r = score.evaluate_workdir(workdir, run, data, split, average,
+                                       flags_["limit"].value, bar.update)
         steps = ", ".join(map(str, r["checkpoints"]))
         print(f"{split}: {r['sentences']} sentences; parameters of checkpoint(s) {steps}"
               f"{' averaged' if len(r['checkpoints']) > 1 else ''}; "

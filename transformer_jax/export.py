@@ -24,6 +24,7 @@ OPTIONS = ("quantization",)
 def main(argv: list[str], flags_: dict[str, Any]) -> None:
     with cli.clean_errors():
         from transformer_jax import exports
+        from transformer_jax.config import resume
         from transformer_jax.errors import UserError
 
         if len(argv) != 2:
@@ -35,7 +36,6 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
             if name != "hf":
                 raise UserError(f"--from_hf reads a MarianMT directory: the target is hf, "
                                 f"not {name}")
-            from transformer_jax.config import resume
             from transformer_jax.exports import from_hf as marian
             from transformer_jax.training import warm_start
             from transformer_jax.training.spec import TrainingSpec
@@ -55,7 +55,13 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
                 takers = [n for n in exports.names() if option in exports.get(n).traits.options]
                 raise UserError(f"--{option} is for the {', '.join(takers)} target, not {name}")
             options[option] = flags_[option].value
-        exports.export(name, flags_["workdir"].value, out, flags_["average"].value, **options)
+        from transformer_jax.evaluation import restore
+        from transformer_jax.exports import mapping
+
+        workdir = flags_["workdir"].value
+        mapping.check_new(out)  # an unfit --out is refused before the workdir is read
+        run = restore.WorkdirSpec.from_config(resume.workdir_config(workdir))
+        exports.export(name, workdir, run, out, flags_["average"].value, **options)
 
 
 if __name__ == "__main__":

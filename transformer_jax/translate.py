@@ -73,20 +73,19 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
     with cli.clean_errors():
         from tqdm import tqdm
 
-        from transformer_jax.decoding import decode
         from transformer_jax.evaluation import restore, translation
 
         workdir = flags_["workdir"].value
-        config = resume.workdir_config(workdir, cli.override_values(flags_["config"]),
-                                    TRANSLATE_OVERRIDES)
+        run = restore.WorkdirSpec.from_config(resume.workdir_config(
+            workdir, cli.override_values(flags_["config"]), TRANSLATE_OVERRIDES))
         source = flags_["input"].value
         sentences = read_lines(source)
         output = flags_["output"].value
         if output != "-":
             storage.check_file(output, "--output")
         max_input_len = flags_["max_input_len"].value
-        limit = translation.input_limit(config.model.max_len, max_input_len)
-        loaded = restore.load_workdir(workdir, config, flags_["average"].value)
+        limit = translation.input_limit(run.model.max_len, max_input_len)
+        loaded = restore.load_workdir(workdir, run, flags_["average"].value)
         for note in loaded.notes:
             logging.warning("warning: %s", note)
         where = f"{input_name(source)} line"
@@ -95,11 +94,10 @@ def main(argv: list[str], flags_: dict[str, Any]) -> None:
             translation.refuse_long(where, long, limit)
         for line in translation.shortened_report(where, long, len(sentences), "lines", limit):
             print(line, file=sys.stderr)
-        decoding = decode.DecodeConfig.from_config(config.decode)
         with tqdm(total=len(sentences), desc="translating", unit=" sentences",
                   file=sys.stderr) as bar:
             translations = translation.translate(loaded.params, loaded.model_config,
-                                                 loaded.tokenizer, sentences, decoding,
+                                                 loaded.tokenizer, sentences, run.decode,
                                                  bar.update)
         write_lines(output, translations)
 

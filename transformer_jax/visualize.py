@@ -19,6 +19,8 @@ from transformer_jax.io import layout
 
 def main(argv: list[str], flags: dict[str, Any]) -> None:
     from transformer_jax.analysis import attention_cost, attention_read, pictures
+    from transformer_jax.config import resume
+    from transformer_jax.evaluation import restore
     from transformer_jax.io import storage
 
     cli.no_extra_args(argv)
@@ -30,7 +32,8 @@ def main(argv: list[str], flags: dict[str, Any]) -> None:
             attention_cost.measured_memory(flags["measured"].value)
         out = flags["out"].value or os.fspath(storage.path(workdir) / layout.PICTURES)
         storage.check(out, "--out")
-        model = attention_read.load_model(workdir)
+        model = attention_read.load_model(workdir, restore.WorkdirSpec.from_config(
+            resume.workdir_config(workdir)))
         logging.info("loaded step %d of %s", model.step, workdir)
         written = pictures.write_pictures(out, model, flags["src"].value, flags["tgt"].value,
                                           flags["measured"].value)

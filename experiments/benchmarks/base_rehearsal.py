@@ -63,7 +63,7 @@ def rehearse(work: Path, *, pairs: int, steps: int, accum_measured: int, sentenc
         statmt_mirror,
         tokenizer as tokenizer_lib,
     )
-    from transformer_jax.evaluation import score
+    from transformer_jax.evaluation import restore, score
     from transformer_jax.io import layout, metric_keys, workdirs
     from transformer_jax.training import train
 
@@ -118,7 +118,9 @@ def rehearse(work: Path, *, pairs: int, steps: int, accum_measured: int, sentenc
     figures["save_s"] = _time_a_save(config, tokenizer.vocab_size, work / "save")
 
     start = time.perf_counter()
-    result = score.evaluate_workdir(workdir, config, "test", keep, sentences)
+    result = score.evaluate_workdir(workdir, restore.WorkdirSpec.from_config(config),
+                                    pipeline.DataSpec.from_config(config), "test", keep,
+                                    sentences)
     figures["evaluate_s"] = time.perf_counter() - start
     figures["averaged_checkpoints"] = result["checkpoints"]
     figures["sentences"] = result["sentences"]

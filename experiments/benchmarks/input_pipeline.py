@@ -59,6 +59,7 @@ from transformer_jax.data import (  # noqa: E402
 )
 from transformer_jax.io import workdirs  # noqa: E402
 from transformer_jax.model import counts  # noqa: E402
+from transformer_jax.model.spec import TransformerConfig  # noqa: E402
 from transformer_jax.training import hardware, train  # noqa: E402
 
 PAPER_BASE_TARGET_TOKENS_PER_S = 25_000 / 0.4  # 8 P100 GPUs, 0.4 s per step (section 5.2)
@@ -146,8 +147,9 @@ def stage_costs(config, workdir: Path, pairs: int = 4096) -> dict[str, float]:
 def accelerator_consumption(variant: str) -> tuple[float, int]:
     """(target tokens/s, FLOPs per target token) of one ``ACCELERATOR`` training
     ``variant`` in rows of ``ROW_LEN`` at ``TARGET_MFU``."""
-    flops = counts.train_flops_per_token(counts.model_config_of(config_lib.build(variant)),
-                                         ROW_LEN)
+    config = config_lib.build(variant)
+    model = TransformerConfig.from_config(config.model, config.data.vocab_size)
+    flops = counts.train_flops_per_token(model, ROW_LEN)
     return TARGET_MFU * hardware.PEAK_FLOPS[ACCELERATOR] / flops, flops
 
 

@@ -23,7 +23,7 @@ from transformer_jax.training import train
 
 from .. import needs
 from ..conftest import once_per_session
-from ..helpers import tiny_config
+from ..helpers import tiny_config, workdir_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 LAYERS, HEADS = 2, 4
@@ -43,7 +43,7 @@ def run(tmp_path_factory, builtin_data_dir):
 
 @pytest.fixture(scope="module")
 def model(run):
-    return attention_read.load_model(run)
+    return attention_read.load_model(run, workdir_spec(run))
 
 
 @pytest.mark.slow
@@ -56,7 +56,7 @@ def test_load_model_rebuilds_the_run(model):
 
 def test_load_model_names_what_is_missing(tmp_path):
     with pytest.raises(UserError, match=r"config\.json: no such file"):
-        attention_read.load_model(tmp_path)
+        attention_read.load_model(tmp_path, workdir_spec(tmp_path))
 
 
 @pytest.mark.slow

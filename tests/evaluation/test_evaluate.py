@@ -15,10 +15,12 @@ import sentencepiece
 
 from transformer_jax.config import resume
 from transformer_jax.data import sources
+from transformer_jax.data.pipeline import DataSpec
 from transformer_jax.data.tokenizer import EOS_ID
 from transformer_jax.decoding import decode
 from transformer_jax.errors import UserError
 from transformer_jax.evaluation import bleu, restore, score, translation
+from transformer_jax.evaluation.restore import WorkdirSpec
 from transformer_jax.io import checkpoints, layout, workdirs
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import Transformer
@@ -45,7 +47,7 @@ def run_config(workdir):
 
 
 def test_translate_keeps_order_and_empty_lines(workdir, run_config):
-    loaded = restore.load_workdir(workdir, run_config)
+    loaded = restore.load_workdir(workdir, WorkdirSpec.from_config(run_config))
     source = sources.get_source(run_config.data, "test")
     sentences = [source[i][0] for i in range(6)]
     sentences = sentences[:2] + ["", "   "] + sentences[2:]
@@ -101,7 +103,9 @@ def test_evaluate_averages_and_writes_hypotheses_and_scores(workdir, run_config,
     workdir = shutil.copytree(workdir, tmp_path / "run")  # the evaluation writes into it
     run_config.decode.strategy = "greedy"
     run_config.data.token_cache = True  # the split's ids are read from its token cache
-    result = score.evaluate_workdir(workdir, run_config, "test", average=3, limit=24)
+    result = score.evaluate_workdir(workdir, WorkdirSpec.from_config(run_config),
+                                   DataSpec.from_config(run_config), "test", average=3,
+                                   limit=24)
     assert len(list((workdir / "vocab" / "tokens").glob("test-*.array_record"))) == 1
     assert result["checkpoints"] == [10, 20, 30] and result["sentences"] == 24
     hyp_file = workdir / "eval" / "test-avg3-greedy.hyp.txt"
@@ -125,22 +129,22 @@ def test_evaluate_averages_and_writes_hypotheses_and_scores(workdir, run_config,
         source[i] for i in range(24)]), rel=1e-4)
     assert 1.0 < result["perplexity"] < run_config.data.vocab_size * 2
     with pytest.raises(UserError, match="last 4 checkpoints: .* holds 3"):
-        restore.load_workdir(workdir, run_config, average=4)
+        restore.load_workdir(workdir, WorkdirSpec.from_config(run_config), average=4)
 
 
 def test_evaluate_averages_the_configs_number_or_what_the_workdir_holds(workdir, run_config):
     # keep_checkpoints = 3 and average_checkpoints = 0: the last 3, which span the whole run.
-    loaded = restore.load_workdir(workdir, run_config)
+    loaded = restore.load_workdir(workdir, WorkdirSpec.from_config(run_config))
     assert loaded.steps == [10, 20, 30]
     assert loaded.notes == ["the averaged checkpoints (steps 10, 20, 30) reach back to 33% of "
                             "step 30, an early part of training; the paper's span its last "
                             "4-6% of steps (--average=1 takes the latest alone)"]
     run_config.train.keep_checkpoints = 20  # as the big model's config would ask
-    loaded = restore.load_workdir(workdir, run_config)
+    loaded = restore.load_workdir(workdir, WorkdirSpec.from_config(run_config))
     assert loaded.steps == [10, 20, 30]
     assert loaded.notes[0] == (f"the config averages the last 20 checkpoints but "
                                f"{workdir / 'checkpoints'} holds 3: averaging those")
-    latest = restore.load_workdir(workdir, run_config, average=1)
+    latest = restore.load_workdir(workdir, WorkdirSpec.from_config(run_config), average=1)
     assert latest.steps == [30] and latest.notes == []
 
 
@@ -197,7 +201,7 @@ def test_training_logs_validation_bleu(workdir, run_config):
     assert sorted(scores) == [10, 20, 30]  # train.bleu_every = 10
     # Step 30's is sacreBLEU's of the last checkpoint's translations of the first 8
     # validation sentences (the run's decoding: beam search), against their references.
-    loaded = restore.load_workdir(workdir, run_config, average=1)
+    loaded = restore.load_workdir(workdir, WorkdirSpec.from_config(run_config), average=1)
     assert loaded.steps == [30]
     validation = sources.get_source(run_config.data, "validation")
     pairs = [validation[i] for i in range(8)]

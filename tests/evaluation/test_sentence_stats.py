@@ -11,7 +11,9 @@ import pytest
 import sacrebleu
 
 from transformer_jax.config import resume
+from transformer_jax.data.pipeline import DataSpec
 from transformer_jax.evaluation import score, sentence_stats
+from transformer_jax.evaluation.restore import WorkdirSpec
 from transformer_jax.io import layout
 
 
@@ -69,10 +71,11 @@ def test_the_evaluate_command_writes_them_for_a_run_trained_before(trained_workd
     shutil.copytree(trained_workdir, workdir)
     config = resume.workdir_config(str(workdir), {}, ())
     (workdir / layout.SENTENCE_STATS).unlink()
-    score.write_sentence_stats(workdir, config)  # the evaluate command's, whole split
+    run, data = WorkdirSpec.from_config(config), DataSpec.from_config(config)
+    score.write_sentence_stats(workdir, run, data)  # the evaluate command's, whole split
     arrays = _arrays(workdir)
     assert arrays[sentence_stats.NLL].shape == (1000,)
-    result = score.evaluate_workdir(workdir, config, "validation", limit=40)
+    result = score.evaluate_workdir(workdir, run, data, "validation", limit=40)
     nll, tokens = arrays[sentence_stats.NLL][:40], arrays[sentence_stats.TOKENS][:40]
     assert int(tokens.sum()) == result["target_tokens"]
     assert sentence_stats.perplexity(nll, tokens) == pytest.approx(result["perplexity"],

@@ -13,10 +13,12 @@ from ..needs import require
 
 ctranslate2 = require("ctranslate2", "the test extra: pip install -e '.[test]'")
 
+from transformer_jax.config import resume  # noqa: E402
 from transformer_jax.data import sources  # noqa: E402
 from transformer_jax.data.batching import pad_batch  # noqa: E402
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID  # noqa: E402
 from transformer_jax.decoding import decode  # noqa: E402
+from transformer_jax.evaluation.restore import WorkdirSpec  # noqa: E402
 from transformer_jax.exports import ctranslate2 as target, mapping  # noqa: E402
 from transformer_jax.model.transformer import Transformer  # noqa: E402
 
@@ -27,7 +29,8 @@ SENTENCES = 100
 
 @pytest.fixture(scope="module")
 def run(trained_workdir):
-    loaded, config = mapping.load(trained_workdir, 1)
+    config = resume.workdir_config(trained_workdir)
+    loaded = mapping.load(trained_workdir, WorkdirSpec.from_config(config), 1)
     tok, mc = loaded.tokenizer, loaded.model_config
     pairs = sources.get_source(config.data, "test").read(range(SENTENCES))
     # Whole sentences only (ending with EOS), as both sides see them.

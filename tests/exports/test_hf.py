@@ -25,7 +25,7 @@ from transformer_jax.decoding import decode  # noqa: E402
 from transformer_jax.exports import hf, mapping  # noqa: E402
 from transformer_jax.model.transformer import Transformer, shift_right  # noqa: E402
 
-from ..helpers import run_command  # noqa: E402
+from ..helpers import run_command, workdir_spec  # noqa: E402
 from . import marian_numpy  # noqa: E402
 
 # A padded batch of several lengths: sources and targets ending with EOS.
@@ -84,7 +84,7 @@ def test_marian_computed_from_the_export_gives_our_logits(trained_workdir, expor
     for side in ("encoder", "decoder"):
         np.testing.assert_allclose(sd[f"model.{side}.embed_positions.weight"], table,
                                    atol=1e-6)
-    ours, mask = _logits(mapping.load(trained_workdir, 1)[0])
+    ours, mask = _logits(mapping.load(trained_workdir, workdir_spec(trained_workdir), 1))
     gap = np.abs(_marian(exported, sd) - ours)[mask].max()
     # LayerNorm's epsilon, 1e-5 in MarianMT and 1e-6 in ours, is the only difference.
     assert gap < 1e-4, gap
@@ -99,7 +99,7 @@ def test_an_export_without_the_channel_permutation_fails_the_check(trained_workd
     ran = run_command("export", "hf", f"--workdir={trained_workdir}", f"--out={unpermuted}",
                       "--average=1")
     assert ran.returncode == 0, ran.stderr
-    ours, mask = _logits(mapping.load(trained_workdir, 1)[0])
+    ours, mask = _logits(mapping.load(trained_workdir, workdir_spec(trained_workdir), 1))
     assert np.abs(_marian(unpermuted) - ours)[mask].max() > 1e-2
 
 
@@ -125,7 +125,7 @@ def test_a_marian_directory_of_random_weights_is_read_in_as_marian_computes_it(e
     workdir = tmp_path / "in"
     ran = run_command("export", "hf", f"--from_hf={foreign}", f"--out={workdir}")
     assert ran.returncode == 0, ran.stderr
-    ours, mask = _logits(mapping.load(workdir, 1)[0])
+    ours, mask = _logits(mapping.load(workdir, workdir_spec(workdir), 1))
     theirs = _marian(foreign, sd)
     assert np.abs(theirs).max() > 1  # logits far from zero: the comparison means something
     assert np.abs(theirs - ours)[mask].max() < 1e-4
@@ -183,7 +183,7 @@ def test_transformers_gives_our_logits_and_greedy_ids(trained_workdir, exported,
     if int(version.split(".")[0]) >= 5:
         needs.missing(f"transformers {version} has no Flax models (the hf extra's "
                       "transformers<5 has: pip install -e '.[hf]')")
-    loaded = mapping.load(trained_workdir, 1)[0]
+    loaded = mapping.load(trained_workdir, workdir_spec(trained_workdir), 1)
     ours, mask = _logits(loaded)
     src = np.asarray(pad_batch(SOURCES, max(map(len, SOURCES))))
     tgt = pad_batch(TARGETS, max(map(len, TARGETS)))
@@ -201,7 +201,7 @@ def test_transformers_gives_our_logits_and_greedy_ids(trained_workdir, exported,
     # Back: the directory read into our model gives transformers' logits.
     assert run_command("export", "hf", f"--from_hf={exported}",
                        f"--out={tmp_path / 'back'}").returncode == 0
-    back, _ = _logits(mapping.load(tmp_path / "back", 1)[0])
+    back, _ = _logits(mapping.load(tmp_path / "back", workdir_spec(tmp_path / "back"), 1))
     gap = np.abs(theirs["logits"] - back)[mask].max()
     print(f"read back: max |logit difference| against transformers: {gap:.3g}")
     assert gap < 1e-4
@@ -220,12 +220,12 @@ def test_training_resumes_from_the_read_back_workdir(exported, tmp_path):
     workdir = tmp_path / "back"
     assert run_command("export", "hf", f"--from_hf={exported}",
                        f"--out={workdir}").returncode == 0
-    imported = mapping.load(workdir, 1)[0].params
+    imported = mapping.load(workdir, workdir_spec(workdir), 1).params
     config = resume.workdir_config(workdir)
     config.train.update(num_steps=1, bleu_every=0)
     train.train_and_evaluate(config, workdir)
     assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["0", "1"]
-    stepped = mapping.load(workdir, 1)[0]
+    stepped = mapping.load(workdir, workdir_spec(workdir), 1)
     assert stepped.steps == [1]
     # One Adam step of the warmup's first learning rate (d_model^-0.5 x warmup^-1.5 =
     # 0.002 here) moves no parameter further than that: training went on from the import.

@@ -23,13 +23,14 @@ from transformer_jax.evaluation import restore
 from transformer_jax.io import layout, workdirs
 from transformer_jax.model import kernels
 
+from ..helpers import workdir_spec
 from . import strategies as gen
 from .fuzzing import Traceback, accepted, copy, count, examples, outcome, warnings_logged
 
 
 @pytest.fixture(scope="module")
-def run_config(trained_workdir):
-    return resume.workdir_config(trained_workdir)
+def run_spec(trained_workdir):
+    return workdir_spec(trained_workdir)
 
 
 META_FIELDS = ["vocab_size", "step", "nonfinite_steps", "divergence_best", "checksums",
@@ -41,7 +42,7 @@ META_FIELDS = ["vocab_size", "step", "nonfinite_steps", "divergence_best", "chec
 @example("as written")
 @example("no vocab_size")  # found: a KeyError
 @example("garbage")
-def test_a_checkpoint_metadata_gives_the_model_or_one_line(trained_workdir, run_config, data):
+def test_a_checkpoint_metadata_gives_the_model_or_one_line(trained_workdir, run_spec, data):
     meta_path = Path(layout.CHECKPOINTS) / "30" / "meta" / "metadata"
     meta = json.loads((trained_workdir / meta_path).read_text())
     if data == "as written":
@@ -58,7 +59,7 @@ def test_a_checkpoint_metadata_gives_the_model_or_one_line(trained_workdir, run_
     with tempfile.TemporaryDirectory() as directory:
         workdir = copy(trained_workdir, directory)
         (workdir / meta_path).write_bytes(raw)
-        ok, loaded = outcome(lambda: restore.load_workdir(workdir, run_config, 1),
+        ok, loaded = outcome(lambda: restore.load_workdir(workdir, run_spec, 1),
                              names=[str(workdir / layout.CHECKPOINTS / "30")],
                              expect={"as written": True, "no vocab_size": False,
                                      "garbage": False}.get(data) if isinstance(data, str)
@@ -141,7 +142,7 @@ def test_an_edited_model_in_config_json_is_one_line_not_a_shape_error(trained_wo
                                             r"trained with: model.d_model: 32 in the checkpoint, "
                                             r"64 in config.json \(an edited config.json\? "
                                             r"restore it\)$"):
-            restore.load_workdir(workdir, resume.workdir_config(workdir), 1)
+            restore.load_workdir(workdir, workdir_spec(workdir), 1)
         # A checkpoint written before the model was recorded: its shapes are compared.
         meta = workdir / layout.CHECKPOINTS / "30" / layout.CHECKPOINT_META
         recorded = json.loads(meta.read_text())
@@ -149,13 +150,13 @@ def test_an_edited_model_in_config_json_is_one_line_not_a_shape_error(trained_wo
         meta.write_text(json.dumps(recorded))
         with pytest.raises(UserError, match=r"was written by another model: params/.* has "
                                             r"shape .* \(an edited config.json\?\)"):
-            restore.load_workdir(workdir, resume.workdir_config(workdir), 1)
+            restore.load_workdir(workdir, workdir_spec(workdir), 1)
         assert config_lib.validate(resume.workdir_config(workdir)).model.d_model == 64
 
 
 @pytest.fixture(scope="module")
-def trained_params(trained_workdir, run_config):
-    return restore.load_workdir(trained_workdir, run_config, 1).params
+def trained_params(trained_workdir, run_spec):
+    return restore.load_workdir(trained_workdir, run_spec, 1).params
 
 
 @pytest.fixture
@@ -176,7 +177,7 @@ def unraisable():
 @example(1.0, "d")  # nothing cut: restored as trained
 @example(0.75, "d")
 @example(0.0, "d")
-def test_truncated_arrays_are_one_line_and_nothing_after(trained_workdir, run_config,
+def test_truncated_arrays_are_one_line_and_nothing_after(trained_workdir, run_spec,
                                                          trained_params, unraisable, keep,
                                                          files):
     with tempfile.TemporaryDirectory() as directory:
@@ -189,7 +190,7 @@ def test_truncated_arrays_are_one_line_and_nothing_after(trained_workdir, run_co
                 handle.truncate(int(f.stat().st_size * keep))
         with warnings_logged() as said:
             for _ in range(2):  # as evaluate, translate or export would, or one after another
-                ok, loaded = outcome(lambda: restore.load_workdir(workdir, run_config, 1),
+                ok, loaded = outcome(lambda: restore.load_workdir(workdir, run_spec, 1),
                                      names=[str(checkpoint)],
                                      expect={1.0: True, 0.0: False}.get(keep))
             time.sleep(0.2)  # the reads still under way end
@@ -205,7 +206,7 @@ def test_truncated_arrays_are_one_line_and_nothing_after(trained_workdir, run_co
                 "a truncated checkpoint restored as other parameters")
 
 
-def test_another_vocabulary_is_one_line(trained_workdir, run_config):
+def test_another_vocabulary_is_one_line(trained_workdir, run_spec):
     with tempfile.TemporaryDirectory() as directory:
         workdir = copy(trained_workdir, directory)
         from transformer_jax.data.tokenizer import train_tokenizer
@@ -215,7 +216,7 @@ def test_another_vocabulary_is_one_line(trained_workdir, run_config):
         with pytest.raises(UserError, match=rf"spm.model has {small.vocab_size} pieces but the "
                                             r"model of .*/30 was trained with 200: the "
                                             "vocabulary is not the run's"):
-            restore.load_workdir(workdir, run_config, 1)
+            restore.load_workdir(workdir, run_spec, 1)
 
 
 VOCAB_FILE = Path(layout.VOCAB) / layout.VOCAB_MODEL

@@ -17,7 +17,6 @@ import pytest
 from hypothesis import example, given, strategies as st
 
 from transformer_jax import exports
-from transformer_jax.config import resume
 from transformer_jax.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer, train_tokenizer
 from transformer_jax.evaluation import restore
 from transformer_jax.exports import from_hf, hf
@@ -25,6 +24,7 @@ from transformer_jax.io import layout
 from transformer_jax.model import kernels
 
 from ..conftest import once_per_session
+from ..helpers import workdir_spec
 from . import strategies as gen
 from .fuzzing import accepted, examples, outcome
 
@@ -99,7 +99,8 @@ def test_any_ids_decode_to_text_or_one_line(trained_workdir, ids):
 def marian(trained_workdir, tmp_path_factory):
     """The tiny trained model exported as a MarianMT directory, once a session."""
     def make(directory):
-        exports.export("hf", trained_workdir, directory / "marian", average=1)
+        exports.export("hf", trained_workdir, workdir_spec(trained_workdir),
+                       directory / "marian", average=1)
 
     return once_per_session(tmp_path_factory, "fuzz_marian", make) / "marian"
 
@@ -112,7 +113,7 @@ def same_weights(imported, trained_workdir) -> str:
     """Where the imported model's parameters differ from those of the run that was exported
     (its last checkpoint, as the export took it), or "" where every array is the same: an
     import that reads config.json right but maps, transposes or drops a weight fails here."""
-    ours = restore.load_workdir(trained_workdir, resume.workdir_config(trained_workdir), 1)
+    ours = restore.load_workdir(trained_workdir, workdir_spec(trained_workdir), 1)
     flat = dict(jax.tree_util.tree_flatten_with_path(ours.params)[0])
     got = dict(jax.tree_util.tree_flatten_with_path(imported.params)[0])
     if flat.keys() != got.keys():
@@ -160,8 +161,7 @@ def test_any_marian_config_imports_its_model_or_one_line(marian, trained_workdir
         if not ok:
             assert not out.exists()  # nothing half written
             return
-        run = resume.workdir_config(out)
-        loaded = restore.load_workdir(out, run, 1)
+        loaded = restore.load_workdir(out, workdir_spec(out), 1)
         m = loaded.model_config
         differs = same_weights(loaded, trained_workdir)
         accepted((m.d_model, m.num_heads, m.num_layers, m.d_ff, m.vocab_size, m.max_len) == (
@@ -189,7 +189,8 @@ def test_an_edited_workdir_exports_whole_or_one_line(trained_workdir, target, fi
         saved["model"][field] = value
         (workdir / layout.CONFIG).write_text(json.dumps(saved))
         out = Path(directory) / "out"
-        ok, _ = outcome(lambda: exports.export(target, workdir, out, average=1),
+        ok, _ = outcome(lambda: exports.export(target, workdir, workdir_spec(workdir), out,
+                                               average=1),
                         names=[str(workdir)], expect={("hf", "num_heads", 2): False, (
                             "hf", "attention", "blockwise"): True}.get((target, field, value)))
         if ok:  # only a model the checkpoint's computes the same: the rule of a resume
@@ -230,7 +231,7 @@ def test_an_exported_runs_config_edited_imports_its_model_or_one_line(marian, tr
         if not ok:
             assert not out.exists()
             return
-        loaded = restore.load_workdir(out, resume.workdir_config(out), 1)
+        loaded = restore.load_workdir(out, workdir_spec(out), 1)
         m = loaded.model_config
         differs = same_weights(loaded, trained_workdir)
         marian_config = json.loads((source / hf.CONFIG).read_text())

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 from ..conftest import once_per_session
-from ..helpers import run_command
+from ..helpers import run_command, workdir_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 12
@@ -312,7 +312,7 @@ def test_both_exports_of_the_two_process_workdir_hold_the_one_process_model(
     # The log-probabilities of forced test targets: the 1-process model's, the Hugging Face
     # export's (MarianMT's forward pass in numpy, written from its description, on the
     # exported weights: not our model nor our import) and CTranslate2's.
-    reference = mapping.load(one_process, 1)[0]
+    reference = mapping.load(one_process, workdir_spec(one_process), 1)
     tok, mc = reference.tokenizer, reference.model_config
     src = [tok.encode(s, add_eos=False)[: mc.max_len - 1] + [EOS_ID]
            for s in source_sentences(two, BLEU_SENTENCES)]

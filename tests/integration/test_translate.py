@@ -17,6 +17,7 @@ from transformer_jax.data import sources
 from transformer_jax.decoding import decode
 from transformer_jax.errors import DataError
 from transformer_jax.evaluation import restore, translation
+from transformer_jax.evaluation.restore import WorkdirSpec
 from transformer_jax.io import layout
 
 from .. import helpers
@@ -50,7 +51,7 @@ def test_translates_a_file_in_order_with_empty_lines_kept(workdir, tmp_path):
     got = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")
     assert got[-1] == "" and len(got) - 1 == len(lines)
     # The config's strategy (the paper's beam search), exactly as the library translates.
-    loaded = restore.load_workdir(workdir, config)
+    loaded = restore.load_workdir(workdir, WorkdirSpec.from_config(config))
     decoding = decode.DecodeConfig.from_config(config.decode).replace(max_len_offset=20)
     assert decoding.strategy == "beam" and decoding.beam_size == 4
     expected = translation.translate(loaded.params, loaded.model_config, loaded.tokenizer, lines,
@@ -70,7 +71,7 @@ def test_stdin_to_stdout_with_decode_overrides(workdir):
                          input="\r\n".join(sentences).encode(),  # CRLF, no final newline
                          capture_output=True, timeout=600)
     assert out.returncode == 0, out.stderr.decode()[-3000:]
-    loaded = restore.load_workdir(workdir, config)
+    loaded = restore.load_workdir(workdir, WorkdirSpec.from_config(config))
     expected = translation.translate(loaded.params, loaded.model_config, loaded.tokenizer,
                                      sentences, decode.DecodeConfig(strategy="greedy"))
     assert out.stdout.decode().splitlines() == expected
@@ -223,8 +224,7 @@ INPUT_LINES = st.one_of(
 
 @pytest.fixture(scope="module")
 def loaded(workdir):
-    config = resume.workdir_config(workdir)
-    return restore.load_workdir(workdir, config)
+    return restore.load_workdir(workdir, helpers.workdir_spec(workdir))
 
 
 @pytest.fixture(scope="module")

@@ -54,7 +54,6 @@ from jax.sharding import SingleDeviceSharding
 from transformer_jax import config as config_lib
 from transformer_jax.decoding import decode
 from transformer_jax.errors import UserError
-from transformer_jax.model import counts
 from transformer_jax.planning import accelerators, compiled, hlo
 from transformer_jax.training import memory
 from transformer_jax.training.spec import TrainingSpec
@@ -242,7 +241,7 @@ def on_device(tree, device):
 
 def decoding_setup():
     config = paper_config("base", "bfloat16", "sharded", 1)
-    mc = counts.model_config_of(config)
+    mc = TrainingSpec.from_config(config).model
     device = accelerators.devices_of(accelerators.parse("h100:1"))[0]
     params = on_device(compiled.abstract_state(TrainingSpec.from_config(config)).params, device)
     inputs = on_device(jax.ShapeDtypeStruct((SENTENCES, SOURCE_LEN), jnp.int32), device)
@@ -361,7 +360,7 @@ def test_a_cpu_reports_no_limit_and_is_not_checked():
     config = paper_config("base", "float32", "sharded", 1)
     config.model.update(num_layers=1, d_model=32, d_ff=64, num_heads=2)
     config.data.vocab_size = 64
-    mc = counts.model_config_of(config)
+    mc = TrainingSpec.from_config(config).model
     state = create_train_state(config, mc, jax.random.key(0))
     executor = make_executor(config, mc, state, devices=jax.devices()[:1])
     assert memory.check_fits(executor, state, TrainingSpec.from_config(config), rows=8,

@@ -20,7 +20,7 @@ from transformer_jax.sweeps.experiment import Sweep, load_experiment
 from transformer_jax.sweeps.points import point_config, train_args
 from transformer_jax.sweeps.run import run_sweep
 from transformer_jax.sweeps.status import point_status, status_lines
-from transformer_jax.sweeps.vocab import share_vocabulary
+from transformer_jax.sweeps.vocab import VOCAB_FIELDS, share_vocabulary
 
 from ..helpers import run_command
 
@@ -264,11 +264,11 @@ def test_points_share_a_vocabulary_trained_on_the_same_data(tmp_path):
     (first / "vocab" / "spm.model").write_bytes(b"model bytes")
     (first / "config.json").write_text(config.to_json())
     second.mkdir()
-    assert share_vocabulary(tmp_path, second, config)
+    wanted = {k: config.data[k] for k in VOCAB_FIELDS}  # a point's PointSpec.vocabulary
+    assert share_vocabulary(tmp_path, second, wanted)
     assert (second / "vocab" / "spm.model").read_bytes() == b"model bytes"
-    config.data.vocab_size = 999  # another vocabulary size: trains its own
-    other.mkdir()
-    assert not share_vocabulary(tmp_path, other, config)
+    other.mkdir()  # another vocabulary size: trains its own
+    assert not share_vocabulary(tmp_path, other, {**wanted, "vocab_size": 999})
     assert not (other / "vocab").exists()
 
 

@@ -17,7 +17,7 @@ from transformer_jax.evaluation import restore
 from transformer_jax.io import layout, workdirs
 from transformer_jax.training import train
 
-from ..helpers import command_line, run_command
+from ..helpers import command_line, run_command, workdir_spec
 
 OLD = Path(__file__).resolve().parents[1] / "fixtures" / "old_workdirs"
 
@@ -85,7 +85,7 @@ def test_an_old_accumulating_workdir_is_refused_in_one_line_and_left_as_it_was(t
     after = {p.relative_to(workdir): p.read_bytes() for p in workdir.rglob("*") if p.is_file()}
     assert after == before
     # Its parameters still load for decoding, as the refusal says.
-    loaded = restore.load_workdir(workdir, resume.workdir_config(workdir), average=1)
+    loaded = restore.load_workdir(workdir, workdir_spec(workdir), average=1)
     assert loaded.steps == [8]
     assert loaded.params["shared_embedding"]["embedding"].shape == (200, 16)
     assert all(leaf.dtype == "float32" for leaf in jax.tree.leaves(loaded.params))

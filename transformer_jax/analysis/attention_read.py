@@ -11,11 +11,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
-from transformer_jax.config import resume
 from transformer_jax.data.tokenizer import Tokenizer
+from transformer_jax.decoding.decode import DecodeConfig
 from transformer_jax.errors import UserError
 from transformer_jax.evaluation import restore
 from transformer_jax.model.spec import TransformerConfig
@@ -37,20 +36,20 @@ START = "<start>"  # the decoder's first input (token id 0)
 class LoadedModel:
     """A workdir's latest parameters with what is needed to run them."""
 
-    config: ml_collections.ConfigDict
+    decode: DecodeConfig  # how the run's config says to translate
     model_config: TransformerConfig
     params: Any
     tokenizer: Tokenizer
     step: int
 
 
-def load_model(workdir: str | os.PathLike) -> LoadedModel:
-    """Rebuilds the model of ``workdir`` (config.json + the checkpoint's vocabulary size) and
-    restores the latest checkpoint's parameters."""
-    config = resume.workdir_config(workdir)
-    loaded = restore.load_workdir(workdir, config)
-    return LoadedModel(config, loaded.model_config.replace(deterministic=True), loaded.params,
-                       loaded.tokenizer, loaded.steps[-1])
+def load_model(workdir: str | os.PathLike, run: restore.WorkdirSpec) -> LoadedModel:
+    """Rebuilds the model of ``workdir`` (``run``, the spec of its config.json, with the
+    checkpoint's vocabulary size) and restores its parameters (averaged as the run's config
+    says: restore.load_workdir)."""
+    loaded = restore.load_workdir(workdir, run)
+    return LoadedModel(run.decode, loaded.model_config.replace(deterministic=True),
+                       loaded.params, loaded.tokenizer, loaded.steps[-1])
 
 
 @functools.partial(jax.jit, static_argnames=("model_config",))

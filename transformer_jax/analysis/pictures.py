@@ -310,7 +310,7 @@ def write_pictures(out: str | os.PathLike, model: LoadedModel, source: str,
     if not source.strip():
         raise UserError("--src is empty; give a sentence to run through the model")
     if target is None:
-        decoding = decode.DecodeConfig.from_config(model.config.decode).replace(batch_size=1)
+        decoding = model.decode.replace(batch_size=1)
         target = translation.translate(model.params, model.model_config, model.tokenizer,
                                        [source], decoding)[0]
         logging.info("translation: %s", target)

@@ -146,6 +146,21 @@ def resume_conflicts(saved: dict[str, Any], new: dict[str, Any],
     return out
 
 
+def fixed_settings(config: ConfigDict) -> dict[str, Any]:
+    """The settings of ``config`` a resumed run cannot change (FIXED_SECTIONS and
+    FIXED_FIELDS, in the config's order), as :func:`resume_conflicts` compares them: what a
+    sweep checks a point's workdir against."""
+    out: dict[str, Any] = {}
+    for section, fields in config.to_dict().items():
+        if not isinstance(fields, dict):
+            continue
+        kept = {k: v for k, v in fields.items()
+                if section in FIXED_SECTIONS or f"{section}.{k}" in FIXED_FIELDS}
+        if kept:
+            out[section] = kept
+    return out
+
+
 def model_record(config: ConfigDict) -> dict[str, Any]:
     """The model section of ``config`` as a checkpoint records it (MODEL_RECORD)."""
     return _plain(config.model.to_dict())

@@ -1,9 +1,12 @@
 """A trained workdir's model: the parameters of its last checkpoints (averaged as the paper
-evaluates), the model they fit and the vocabulary, for the commands that decode."""
+evaluates), the model they fit and the vocabulary, for the commands that decode. The run's
+settings they read come in a :class:`WorkdirSpec`, which the command builds once from the
+workdir's config (``resume.workdir_config``, its overrides applied)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from typing import Any
 
@@ -12,10 +15,38 @@ import ml_collections
 from transformer_jax import config as config_lib
 from transformer_jax.config import resume
 from transformer_jax.data.tokenizer import Tokenizer
+from transformer_jax.decoding.decode import DecodeConfig
 from transformer_jax.errors import UserError
 from transformer_jax.io import checkpoints, layout, storage
 from transformer_jax.model import counts
 from transformer_jax.model.spec import TransformerConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkdirSpec:
+    """What the commands that use a trained run's model read of its config, read once: the
+    model (its vocabulary the size the config asks for, until the checkpoints say the run's),
+    decoding, the checkpoints kept and averaged, the languages, and the config as JSON (what
+    an export records beside the model). The data's own settings, for the commands that read
+    a split, are its DataSpec."""
+
+    model: TransformerConfig
+    model_record: str  # the model section as config.json holds it, JSON (resume.model_record)
+    decode: DecodeConfig
+    keep_checkpoints: int
+    average: int  # config.checkpoints_to_average: the last this many
+    source_lang: str
+    target_lang: str
+    record: str  # the whole config, JSON
+
+    @classmethod
+    def from_config(cls, config: ml_collections.ConfigDict) -> WorkdirSpec:
+        """The spec of a workdir's config (validated: ``resume.workdir_config``)."""
+        return cls(TransformerConfig.from_config(config.model, config.data.vocab_size),
+                   json.dumps(resume.model_record(config)),
+                   DecodeConfig.from_config(config.decode), config.train.keep_checkpoints,
+                   config_lib.checkpoints_to_average(config), config.data.source_lang,
+                   config.data.target_lang, json.dumps(config.to_dict(), default=str))
 
 
 @dataclasses.dataclass
@@ -29,13 +60,13 @@ class Loaded:
     notes: list[str] = dataclasses.field(default_factory=list)  # one-line warnings for the user
 
 
-def load_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDict,
+def load_workdir(workdir: storage.PathLike, run: WorkdirSpec,
                  average: int | None = None) -> Loaded:
-    """The model of a training run: ``config`` is the run's config (``resume.workdir_config``);
-    the parameters are the mean of the last ``average`` checkpoints (1: the latest alone).
-    ``average=None`` takes the config's number (``config.checkpoints_to_average``: 5 for
-    base, 20 for big), or every checkpoint the workdir holds if fewer, saying so in
-    ``notes``. Raises UserError if ``average`` is more than the workdir holds."""
+    """The model of a training run: ``run`` is the spec of its config; the parameters are the
+    mean of the last ``average`` checkpoints (1: the latest alone). ``average=None`` takes
+    the config's number (``run.average``, config.checkpoints_to_average: 5 for base, 20 for
+    big), or every checkpoint the workdir holds if fewer, saying so in ``notes``. Raises
+    UserError if ``average`` is more than the workdir holds."""
     workdir = storage.path(workdir)
     vocab = workdir / layout.VOCAB / layout.VOCAB_MODEL
     if not vocab.is_file():
@@ -43,7 +74,7 @@ def load_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDict,
                         "run")
     if not (workdir / layout.CHECKPOINTS).is_dir():
         raise UserError(f"{workdir / 'checkpoints'}: no checkpoints; train first")
-    ckpts = checkpoints.Checkpoints(workdir, config.train.keep_checkpoints)
+    ckpts = checkpoints.Checkpoints(workdir, run.keep_checkpoints)
     notes: list[str] = []
     try:
         steps = ckpts.all_steps()
@@ -60,14 +91,13 @@ def load_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDict,
             raise UserError(f"{vocab} has {tokenizer.vocab_size} pieces but the model of "
                             f"{ckpts.directory / str(steps[-1])} was trained with {vocab_size}: "
                             "the vocabulary is not the run's")
-        resume.check_recorded_model(meta.get(resume.MODEL_RECORD), config.model.to_dict(),
+        resume.check_recorded_model(meta.get(resume.MODEL_RECORD), json.loads(run.model_record),
                                     str(ckpts.directory / str(steps[-1])),
                                     str(workdir / layout.CONFIG))
-        model_config = TransformerConfig.from_config(config.model, vocab_size)
+        model_config = run.model.replace(vocab_size=vocab_size)
         template = counts.param_shapes(model_config)
         if average is None:
-            params, used, notes = ckpts.average_last(
-                template, config_lib.checkpoints_to_average(config))
+            params, used, notes = ckpts.average_last(template, run.average)
         elif average == 1:
             params, used = ckpts.restore_params(steps[-1], template), [steps[-1]]
         elif average > 1:

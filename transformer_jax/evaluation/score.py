@@ -29,49 +29,48 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import ml_collections
-
 from transformer_jax.data import batching, pipeline, sources, tokens
-from transformer_jax.decoding import decode, strategies
+from transformer_jax.decoding import strategies
 from transformer_jax.errors import UserError
 from transformer_jax.evaluation.bleu import bleu, tokenized_bleu
 from transformer_jax.evaluation.perplexity import split_perplexity
-from transformer_jax.evaluation.restore import load_workdir
+from transformer_jax.evaluation.restore import WorkdirSpec, load_workdir
 from transformer_jax.evaluation.translation import long_inputs, source_ids, translate
 from transformer_jax.io import layout, storage
 
 
-def evaluate_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDict, split: str,
+def evaluate_workdir(workdir: storage.PathLike, run: WorkdirSpec, data: pipeline.DataSpec,
+                     split: str,
                      average: int | None = None, limit: int = 0,
                      progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Perplexity and BLEU (both ways) of a workdir's model on ``split`` (``average`` as in
-    :func:`load_workdir`); writes the hypotheses and the scores under ``<workdir>/eval/``.
-    Returns the scores, the averaged checkpoints and any notes about them."""
+    """Perplexity and BLEU (both ways) of a workdir's model on ``split`` (``run``, the spec of
+    its config, and ``average`` as in :func:`load_workdir`; ``data``, its data's spec);
+    writes the hypotheses and the scores under ``<workdir>/eval/``. Returns the scores, the
+    averaged checkpoints and any notes about them."""
     if split not in ("validation", "test"):
         raise UserError(f"--split={split!r} is not one of validation, test")
     start = time.time()
-    loaded = load_workdir(workdir, config, average)
+    loaded = load_workdir(workdir, run, average)
     out = storage.check(storage.path(workdir) / layout.EVAL, "the evaluation's folder")
-    spec = pipeline.DataSpec.from_config(config)
-    source = sources.get_source(spec.source, split)
+    source = sources.get_source(data.source, split)
     n = min(limit, len(source)) if limit else len(source)
     pairs = tokens.read_pairs(source, range(n))
     # The split's ids from the token cache the run's training wrote or shares (written now
     # if there is none): for perplexity and as the sentences to translate.
-    ids = tokens.Head(pipeline.split_ids(spec, workdir, split, loaded.tokenizer, source), n)
-    rows = batching.rows_per_batch(spec.batch.tokens_per_batch, spec.batch.max_len, 1)
+    ids = tokens.Head(pipeline.split_ids(data, workdir, split, loaded.tokenizer, source), n)
+    rows = batching.rows_per_batch(data.batch.tokens_per_batch, data.batch.max_len, 1)
     ppl = split_perplexity(loaded.params, loaded.model_config, batching.eval_batches(
-        ids, None, max_len=spec.batch.max_len, rows=rows))
+        ids, None, max_len=data.batch.max_len, rows=rows))
     sentences = [s for s, _ in pairs]
     inputs = source_ids(loaded.tokenizer, sentences, ids.read_ids(range(n))[0].tolist())
-    decoding = decode.DecodeConfig.from_config(config.decode)
+    decoding = run.decode
     limit = loaded.model_config.max_len
     long = long_inputs(loaded.tokenizer, sentences, limit, inputs)
     hyps = translate(loaded.params, loaded.model_config, loaded.tokenizer, sentences, decoding,
                      progress, inputs)
     refs = [t for _, t in pairs]
     sacre, sacre_signature = bleu(hyps, refs)
-    tok, tok_signature = tokenized_bleu(hyps, refs, config.data.target_lang)
+    tok, tok_signature = tokenized_bleu(hyps, refs, run.target_lang)
     result = {
         "split": split, "sentences": n, "checkpoints": loaded.steps,
         "average": len(loaded.steps), "notes": loaded.notes,
@@ -92,14 +91,13 @@ def evaluate_workdir(workdir: storage.PathLike, config: ml_collections.ConfigDic
 
 
 
-def write_sentence_stats(workdir: storage.PathLike,
-                         config: ml_collections.ConfigDict) -> dict[str, Any]:
+def write_sentence_stats(workdir: storage.PathLike, run: WorkdirSpec,
+                         data: pipeline.DataSpec) -> dict[str, Any]:
     """A finished run's sentence statistics (evaluation/sentence_stats.py), written to
     layout.SENTENCE_STATS as the end of training writes them: the validation split's NLL
     under the parameters training evaluated (``train.average_checkpoints``) and the BLEU
     and chrF statistics of the test translations it saved. For runs trained before the end
     of training wrote them. Returns {validation_ppl, sentences, test_sentences, checkpoints}."""
-    from transformer_jax.config import checkpoints_to_average
     from transformer_jax.evaluation import perplexity as perplexity_lib, sentence_stats
 
     workdir = storage.path(workdir)
@@ -111,12 +109,11 @@ def write_sentence_stats(workdir: storage.PathLike,
     hyps, refs = (f.read_text(encoding="utf-8").splitlines() for f in files)
     if len(hyps) != len(refs):
         raise UserError(f"{files[0]} has {len(hyps)} lines but {files[1]} {len(refs)}")
-    loaded = load_workdir(workdir, config, checkpoints_to_average(config))
-    spec = pipeline.DataSpec.from_config(config)
-    source = sources.get_source(spec.source, "validation")
-    ids = pipeline.split_ids(spec, workdir, "validation", loaded.tokenizer, source)
+    loaded = load_workdir(workdir, run, run.average)
+    source = sources.get_source(data.source, "validation")
+    ids = pipeline.split_ids(data, workdir, "validation", loaded.tokenizer, source)
     nll, counts = perplexity_lib.sentence_nll(loaded.params, loaded.model_config, ids, None,
-                                              max_len=config.data.max_len)
+                                              max_len=data.batch.max_len)
     arrays = {sentence_stats.NLL: nll, sentence_stats.TOKENS: counts,
               **sentence_stats.translation_stats(hyps, refs)}
     storage.write_atomically(workdir / layout.SENTENCE_STATS, sentence_stats.dumps(arrays))

@@ -5,8 +5,8 @@ elsewhere, one file in a directory of ``TRANSFORMER_JAX_EXPORTS``. A target modu
 
 * ``TRAITS``, a :class:`Traits`;
 * ``check(model_config)``, raising ConfigError for what it cannot express;
-* ``export(loaded, config, workdir, directory, **options)``, writing into a new empty
-  directory.
+* ``export(loaded, run, workdir, directory, **options)``, writing into a new empty
+  directory (``run``: the run's :class:`~transformer_jax.evaluation.restore.WorkdirSpec`).
 
 ``mapping`` (not a target) holds what they share; ``from_hf`` (not a target either) reads a
 MarianMT directory back into a workdir."""
@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformer_jax import plugins
 from transformer_jax.exports import mapping
 from transformer_jax.io import storage
+
+if TYPE_CHECKING:
+    from transformer_jax.evaluation.restore import WorkdirSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,23 +38,24 @@ REGISTRY = plugins.Registry(
     __name__, "TRANSFORMER_JAX_EXPORTS", "export target", traits="TRAITS",
     not_entries=("mapping", "from_hf"),
     needs=(plugins.Need("TRAITS", Traits), plugins.Need("check", shown="check(model_config)"),
-           plugins.Need("export", shown="export(loaded, config, workdir, directory, "
+           plugins.Need("export", shown="export(loaded, run, workdir, directory, "
                                         "**options)")))
 names, get, having = REGISTRY.names, REGISTRY.get, REGISTRY.having
 
 
-def export(name: str, workdir: storage.PathLike, out: storage.PathLike,
+def export(name: str, workdir: storage.PathLike, run: WorkdirSpec, out: storage.PathLike,
            average: int | None = None, **options: Any) -> None:
-    """Exports the model of ``workdir`` (its last ``average`` checkpoints averaged) to the
-    new directory ``out`` with target ``name``. Every refusal is a UserError of one line,
-    raised before anything is written; ``out`` appears whole or not at all."""
+    """Exports the model of ``workdir`` (``run``, the spec of its config; its last
+    ``average`` checkpoints averaged) to the new directory ``out`` with target ``name``.
+    Every refusal is a UserError of one line, raised before anything is written; ``out``
+    appears whole or not at all."""
     target = get(name)
     mapping.check_new(out)
-    loaded, config = mapping.load(workdir, average)
+    loaded = mapping.load(workdir, run, average)
     for note in loaded.notes:
         logging.warning("warning: %s", note)
     target.module.check(loaded.model_config)
     with mapping.writing(out) as directory:
-        target.module.export(loaded, config, str(workdir), directory, **options)
+        target.module.export(loaded, run, str(workdir), directory, **options)
     logging.info("exported %s (checkpoint(s) %s) to %s", workdir,
                  ", ".join(map(str, loaded.steps)), out)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from transformer_jax.exports import Traits, mapping
 from transformer_jax.io import layout
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import LAYER_NORM_EPSILON
+
+if TYPE_CHECKING:
+    from transformer_jax.evaluation.restore import Loaded, WorkdirSpec
 
 TRAITS = Traits(options=("quantization",))
 NAME = "CTranslate2"
@@ -161,10 +164,11 @@ sentences; greedy search (`beam_size=1`) gives the same output.
 """
 
 
-def export(loaded: Any, config: Any, workdir: str, directory: str,
+def export(loaded: Loaded, run: WorkdirSpec, workdir: str, directory: str,
            quantization: str | None = None) -> None:
     """Writes the CTranslate2 model of ``loaded`` (restore.Loaded) into ``directory`` (new,
-    empty), with the SentencePiece model beside it and a README."""
+    empty), with the SentencePiece model beside it and a README (its decoding as the run's
+    config says: ``run``, its restore.WorkdirSpec)."""
     model_config = loaded.model_config
     check(model_config)
     weights = mapping.layers_of(loaded.params, model_config)
@@ -173,7 +177,7 @@ def export(loaded: Any, config: Any, workdir: str, directory: str,
     spm_path = os.path.join(directory, layout.VOCAB_MODEL)
     with open(spm_path, "wb") as f:
         f.write(loaded.tokenizer.path.read_bytes())
-    d = config.decode
+    d = run.decode
     with open(os.path.join(directory, "README.md"), "w") as f:
         f.write(README.format(
             name=os.path.basename(os.path.normpath(workdir)), workdir=workdir,

@@ -131,7 +131,7 @@ def import_directory(source: str, out: storage.PathLike,
     saved["data"]["vocab_size"] = mc.vocab_size
     merged = _merged(config_lib.base_config().to_dict(), saved)
     run_config = resume.config_from_dict(merged, run_path)
-    check_run_model(run_config, mc, run_path)
+    check_run_model(TransformerConfig.from_config(run_config.model, mc.vocab_size), mc, run_path)
     with mapping.writing(out) as directory:
         with open(os.path.join(directory, layout.CONFIG), "w", encoding="utf-8") as f:
             json.dump(merged, f, indent=2, default=str)
@@ -158,12 +158,12 @@ def import_directory(source: str, out: storage.PathLike,
                          resume.model_record(run_config))
 
 
-def check_run_model(run_config: Any, mc: TransformerConfig, run_path: str) -> None:
-    """UserError naming ``run_path`` (the exported run's config) when its model is not the
-    one of the directory's config.json (``mc``): another size, or a model MarianMT cannot
-    express (pre-LN, learned or rotary positions, grouped heads, another kernel...), which
-    the weights would be read into and computed otherwise, without a word."""
-    run_model = TransformerConfig.from_config(run_config.model, mc.vocab_size)
+def check_run_model(run_model: TransformerConfig, mc: TransformerConfig, run_path: str) -> None:
+    """UserError naming ``run_path`` (the exported run's config) when its model
+    (``run_model``) is not the one of the directory's config.json (``mc``): another size, or
+    a model MarianMT cannot express (pre-LN, learned or rotary positions, grouped heads,
+    another kernel...), which the weights would be read into and computed otherwise, without
+    a word."""
     try:
         hf.check(run_model)
     except ConfigError as e:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,10 @@ from transformer_jax.exports import Traits, mapping
 from transformer_jax.io import provenance, workdirs
 from transformer_jax.model.spec import TransformerConfig
 from transformer_jax.model.transformer import sinusoidal_positions
+
+if TYPE_CHECKING:
+    from transformer_jax.decoding.decode import DecodeConfig
+    from transformer_jax.evaluation.restore import Loaded, WorkdirSpec
 
 TRAITS = Traits()
 NAME = "MarianMT"
@@ -139,7 +143,7 @@ def weights_of(sd: dict[str, np.ndarray], config: TransformerConfig) -> mapping.
                            positions, positions, sides[0], sides[1], {})
 
 
-def marian_config(config: TransformerConfig, run_config: Any) -> dict[str, Any]:
+def marian_config(config: TransformerConfig) -> dict[str, Any]:
     return {
         "architectures": ["MarianMTModel"], "model_type": "marian",
         "vocab_size": config.vocab_size, "decoder_vocab_size": config.vocab_size,
@@ -150,16 +154,15 @@ def marian_config(config: TransformerConfig, run_config: Any) -> dict[str, Any]:
         "activation_function": "relu", "scale_embedding": True, "static_position_embeddings": True,
         "normalize_before": False, "normalize_embedding": False,
         "share_encoder_decoder_embeddings": True, "tie_word_embeddings": True,
-        "dropout": run_config.model.dropout_rate,
-        "attention_dropout": run_config.model.attention_dropout_rate,
+        "dropout": config.dropout_rate,
+        "attention_dropout": config.attention_dropout_rate,
         "activation_dropout": 0.0,
         "pad_token_id": PAD_ID, "eos_token_id": EOS_ID, "decoder_start_token_id": PAD_ID,
         "forced_eos_token_id": None, "bos_token_id": None, "is_encoder_decoder": True,
     }
 
 
-def generation_config(run_config: Any, config: TransformerConfig) -> dict[str, Any]:
-    d = run_config.decode
+def generation_config(d: DecodeConfig, config: TransformerConfig) -> dict[str, Any]:
     return {"decoder_start_token_id": PAD_ID, "pad_token_id": PAD_ID, "eos_token_id": EOS_ID,
             "bad_words_ids": [[PAD_ID]], "num_beams": d.beam_size, "length_penalty": d.alpha,
             "max_length": config.max_len, "forced_eos_token_id": None}
@@ -210,8 +213,9 @@ Beam search here divides by length ** alpha, the run's by ((5 + length) / 6) ** 
 """
 
 
-def export(loaded: Any, config: Any, workdir: str, directory: str) -> None:
-    """Writes the MarianMT directory of ``loaded`` (restore.Loaded) into ``directory``."""
+def export(loaded: Loaded, run: WorkdirSpec, workdir: str, directory: str) -> None:
+    """Writes the MarianMT directory of ``loaded`` (restore.Loaded) into ``directory``, with
+    the run's config (``run``, its restore.WorkdirSpec) beside it."""
     from safetensors.numpy import save_file
 
     mc = loaded.model_config
@@ -220,17 +224,17 @@ def export(loaded: Any, config: Any, workdir: str, directory: str) -> None:
     save_file(_state_dict(weights, mc), os.path.join(directory, WEIGHTS),
               metadata={"format": "pt"})
     files = {
-        CONFIG: marian_config(mc, config),
-        GENERATION_CONFIG: generation_config(config, mc),
+        CONFIG: marian_config(mc),
+        GENERATION_CONFIG: generation_config(run.decode, mc),
         VOCAB: {t: i for i, t in enumerate(mapping.vocabulary(loaded.tokenizer,
                                                               mc.vocab_size))},
         TOKENIZER_CONFIG: {
-            "tokenizer_class": "MarianTokenizer", "source_lang": config.data.source_lang,
-            "target_lang": config.data.target_lang, "unk_token": loaded.tokenizer.pieces(
+            "tokenizer_class": "MarianTokenizer", "source_lang": run.source_lang,
+            "target_lang": run.target_lang, "unk_token": loaded.tokenizer.pieces(
                 [UNK_ID])[0], "eos_token": loaded.tokenizer.pieces([EOS_ID])[0],
             "pad_token": loaded.tokenizer.pieces([PAD_ID])[0], "separate_vocabs": False,
             "model_max_length": mc.max_len},
-        RUN_CONFIG: json.loads(json.dumps(config.to_dict(), default=str)),
+        RUN_CONFIG: json.loads(run.record),
     }
     for name, value in files.items():
         with open(os.path.join(directory, name), "w", encoding="utf-8") as f:
@@ -242,7 +246,7 @@ def export(loaded: Any, config: Any, workdir: str, directory: str) -> None:
     with open(os.path.join(directory, "README.md"), "w", encoding="utf-8") as f:
         f.write(MODEL_CARD.format(
             name=os.path.basename(os.path.normpath(workdir)),
-            source=config.data.source_lang, target=config.data.target_lang,
+            source=run.source_lang, target=run.target_lang,
             steps=", ".join(map(str, loaded.steps)),
             model=json.dumps(files[RUN_CONFIG]["model"], indent=2),
             provenance=json.dumps(runs[-1] if runs else "none recorded", indent=2),

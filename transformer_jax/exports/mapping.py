@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from transformer_jax.errors import ConfigError, UserError, shown
 from transformer_jax.io import layout, storage
 from transformer_jax.model import kernels, positions
 from transformer_jax.model.spec import TransformerConfig
+
+if TYPE_CHECKING:
+    from transformer_jax.evaluation.restore import Loaded, WorkdirSpec
 
 Matrices = dict[str, np.ndarray]
 
@@ -264,16 +267,15 @@ def writing(out: storage.PathLike) -> Iterator[str]:
 # The workdir
 
 
-def load(workdir: storage.PathLike, average: int | None = None) -> tuple[Any, Any]:
-    """(restore.Loaded, the run's config) of a trained workdir, its last ``average``
-    checkpoints averaged (None: as the run's config says). Every way a workdir can be unfit
-    (no config, no checkpoints, a damaged one) is a UserError of one line."""
-    from transformer_jax.config import resume
+def load(workdir: storage.PathLike, run: WorkdirSpec, average: int | None = None) -> Loaded:
+    """The restore.Loaded of a trained workdir (``run``: the restore.WorkdirSpec of its
+    config), its last ``average`` checkpoints averaged (None: as the run's config says).
+    Every way a workdir can be unfit (no checkpoints, a damaged one) is a UserError of one
+    line."""
     from transformer_jax.evaluation import restore
 
-    config = resume.workdir_config(workdir)
     try:
-        return restore.load_workdir(workdir, config, average), config
+        return restore.load_workdir(workdir, run, average)
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 -- whatever a damaged file makes orbax raise

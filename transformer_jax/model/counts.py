@@ -19,7 +19,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 
 from transformer_jax.model import positions
@@ -42,14 +41,9 @@ def count(tree: Any) -> int:
     return int(sum(np.prod(x.shape) for x in jax.tree.leaves(tree)))
 
 
-def model_config_of(config: ml_collections.ConfigDict,
-                    vocab_size: int | None = None) -> TransformerConfig:
-    return TransformerConfig.from_config(config.model, vocab_size or config.data.vocab_size)
-
-
-def num_params(config: ml_collections.ConfigDict, vocab_size: int | None = None) -> int:
-    """All trainable parameters of the config's model."""
-    return count(param_shapes(model_config_of(config, vocab_size)))
+def num_params(model_config: TransformerConfig) -> int:
+    """All trainable parameters of the model."""
+    return count(param_shapes(model_config))
 
 
 def embedding_params(model_config: TransformerConfig) -> int:

@@ -3,17 +3,17 @@ workdir trained with another model."""
 
 from __future__ import annotations
 
-import ml_collections
+import json
 
 from transformer_jax import config as config_lib
 from transformer_jax.config import resume
 from transformer_jax.errors import UserError
 from transformer_jax.io import layout, storage, workdirs
 from transformer_jax.sweeps import launchers
+from transformer_jax.sweeps.points import PointSpec
 
 
-def check_workdir_model(workdir: storage.Path, config: ml_collections.ConfigDict,
-                        label: str) -> None:
+def check_workdir_model(workdir: storage.Path, spec: PointSpec, label: str) -> None:
     """A workdir trained with another model or data cannot resume this point; one whose
     config.json is damaged is named (workdirs.read_config's UserError)."""
     if not (workdir / layout.CHECKPOINTS).exists():
@@ -24,7 +24,7 @@ def check_workdir_model(workdir: storage.Path, config: ml_collections.ConfigDict
         raise UserError(f"point {label}: {e}") from None
     if saved is None:
         return
-    conflicts = resume.resume_conflicts(saved, config.to_dict())
+    conflicts = resume.resume_conflicts(saved, json.loads(spec.fixed))
     if conflicts:
         raise UserError(f"point {label}: {workdir}/config.json differs from the sweep's "
                         f"config: {'; '.join(conflicts)}; use another --root or remove the "

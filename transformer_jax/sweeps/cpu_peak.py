@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
-import ml_collections
+from transformer_jax.sweeps.points import PointSpec
 
 
-def shared_cpu_peak(configs: list[ml_collections.ConfigDict]) -> dict[str, float]:
+def shared_cpu_peak(specs: Sequence[PointSpec]) -> dict[str, float]:
     """On a CPU, one matmul probe of the machine's peak FLOP/s (for MFU) for all points,
     instead of one per point: {"train.peak_flops": ...}, or {} when not needed."""
-    if any(c.train.peak_flops or c.model.dtype != "float32" for c in configs):
+    if any(s.peak_flops or s.dtype != "float32" for s in specs):
         return {}
     import jax
 

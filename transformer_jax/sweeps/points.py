@@ -8,6 +8,8 @@ point's config differs from the config file's own; a launcher
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -15,9 +17,11 @@ from typing import Any
 import ml_collections
 
 from transformer_jax import config as config_lib
+from transformer_jax.config import resume
 from transformer_jax.errors import ConfigError, UserError
 from transformer_jax.sweeps import hyper
 from transformer_jax.sweeps.experiment import Point, Sweep, config_module, in_file
+from transformer_jax.sweeps.vocab import VOCAB_FIELDS
 
 
 def config_arg(point: Point, scale: str) -> str:
@@ -106,3 +110,49 @@ def train_args(sweep: Sweep, point: Point, scale: str, config: ml_collections.Co
     """(config argument, workdir, overrides) of the point's training command."""
     return (f"{sweep.config}:{config_arg(point, scale)}", os.path.join(root, point.name),
             config_overrides(config, own))
+
+
+@dataclasses.dataclass(frozen=True)
+class PointSpec:
+    """A point as the sweep starts it, read once from the config :func:`point_config` made:
+    its training command's arguments (:func:`train_args`) and what starting it reads of the
+    config -- its steps (where it stands), the settings a resumed run cannot change (the
+    check of its workdir's model), its seeds and the config itself as JSON (its records), the
+    data fields that decide its vocabulary (one shared by the points), and whether the CPU's
+    peak is to be measured."""
+
+    args: tuple[str, str, tuple[str, ...]]  # (config argument, workdir, overrides)
+    num_steps: int
+    fixed: str  # JSON: resume.fixed_settings, compared with a workdir's config.json
+    seeds: tuple[tuple[str, Any], ...]  # config.SEED_FIELDS and their values
+    vocabulary: tuple[tuple[str, Any], ...]  # vocab.VOCAB_FIELDS of the data section
+    peak_flops: float  # train.peak_flops
+    dtype: str  # model.dtype
+    record: str  # the config as JSON, as sweep.json records it
+
+    @property
+    def command_args(self) -> tuple[str, str, list[str]]:
+        """The arguments as a launcher's ``command`` takes them."""
+        config, workdir, overrides = self.args
+        return config, workdir, list(overrides)
+
+    @classmethod
+    def from_config(cls, config: ml_collections.ConfigDict, own: ml_collections.ConfigDict,
+                    sweep: Sweep, point: Point, scale: str, root: str) -> PointSpec:
+        """The spec of the point's config and the config file's own (``point_config``'s
+        pair), its workdir in ``root``."""
+        argument, workdir, overrides = train_args(sweep, point, scale, config, own, root)
+        return cls((argument, workdir, tuple(overrides)), config.train.num_steps,
+                   json.dumps(resume.fixed_settings(config), default=str),
+                   tuple((f, config_lib.get_field(config, f)) for f in config_lib.SEED_FIELDS),
+                   tuple((k, config.data[k]) for k in VOCAB_FIELDS),
+                   config.train.peak_flops, config.model.dtype,
+                   json.dumps(config.to_dict(), default=str))
+
+
+def point_spec(sweep: Sweep, point: Point, scale: str, root: str,
+               overrides: dict[str, Any] | None = None) -> PointSpec:
+    """The spec of the point's config (:func:`point_config`'s, ``overrides`` applied), its
+    workdir in ``root``."""
+    return PointSpec.from_config(*point_config(sweep, point, scale, overrides), sweep, point,
+                                 scale, root)

@@ -6,7 +6,7 @@ command, wall and CPU seconds, exit status or scheduler job id, machine)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ml_collections
@@ -16,6 +16,7 @@ from transformer_jax.errors import UserError
 from transformer_jax.io import layout, storage, strict_json, workdirs
 from transformer_jax.sweeps import hyper
 from transformer_jax.sweeps.experiment import Point, Sweep
+from transformer_jax.sweeps.points import PointSpec
 
 
 def header(sweep: Sweep, point: Point, launcher: str) -> dict[str, Any]:
@@ -25,23 +26,22 @@ def header(sweep: Sweep, point: Point, launcher: str) -> dict[str, Any]:
             "value": point.value, "launcher": launcher}
 
 
-def point_record(sweep: Sweep, point: Point, config: ml_collections.ConfigDict
-                 ) -> dict[str, Any]:
+def point_record(sweep: Sweep, point: Point, seeds: Mapping[str, Any]) -> dict[str, Any]:
     """What the sweep says of a point, in sweep.json and the point's sweep_point.json: its
-    name, setting, variant, swept values and seeds."""
+    name, setting, variant, swept values and ``seeds`` ({field: value})."""
     return {"name": point.name, "setting": point.setting, "variant": point.variant,
-            "value": point.value, "fields": point.fields,
-            "seeds": {f: config_lib.get_field(config, f) for f in config_lib.SEED_FIELDS}}
+            "value": point.value, "fields": point.fields, "seeds": dict(seeds)}
 
 
-def definition(sweep: Sweep, points: Sequence[Point], configs: dict[str, Any], scale: str,
-               experiment: str) -> dict[str, Any]:
-    """The sweep as recorded in ROOT/sweep.json."""
+def definition(sweep: Sweep, points: Sequence[Point], specs: Mapping[str, PointSpec],
+               scale: str, experiment: str) -> dict[str, Any]:
+    """The sweep as recorded in ROOT/sweep.json, each point with its config (``specs``:
+    {point: its PointSpec})."""
     return {"name": sweep.name, "experiment": experiment, "config": sweep.config,
             "parameter": sweep.axis(), "swept": hyper.varying(sweep.grid), "scale": scale,
             "description": sweep.description,
-            "points": [{**point_record(sweep, p, configs[p.name][0]),
-                        "config": configs[p.name][0].to_dict()} for p in points]}
+            "points": [{**point_record(sweep, p, dict(specs[p.name].seeds)),
+                        "config": json.loads(specs[p.name].record)} for p in points]}
 
 
 def write_sweep(root: storage.PathLike, definition: dict[str, Any]) -> None:

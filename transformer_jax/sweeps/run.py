@@ -21,7 +21,7 @@ from transformer_jax.sweeps import launchers, records, start
 from transformer_jax.sweeps.checks import check_flags
 from transformer_jax.sweeps.cpu_peak import shared_cpu_peak
 from transformer_jax.sweeps.experiment import Sweep
-from transformer_jax.sweeps.points import point_config
+from transformer_jax.sweeps.points import point_spec
 from transformer_jax.sweeps.search.grid import GridTrials
 from transformer_jax.sweeps.search.spec import Search
 from transformer_jax.sweeps.status import DONE
@@ -45,9 +45,9 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
     """
     chosen = check_flags(launcher, scale, parallel)
     points = sweep.points()
-    configs = {p.name: point_config(sweep, p, scale, overrides) for p in points}
+    specs = {p.name: point_spec(sweep, p, scale, root, overrides) for p in points}
     root_path = storage.path(root)
-    definition = records.definition(sweep, points, configs, scale, experiment)
+    definition = records.definition(sweep, points, specs, scale, experiment)
     records.check_root(root_path, definition)
     if not dry_run:
         storage.check(root_path, "--root")
@@ -63,13 +63,12 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
 
     outcome, todo = {}, []
     for point in points:
-        config = configs[point.name][0]
         if point.name in kept:
             outcome[point.name] = "skipped: kept in the results folder"
             logging.info("%s: finished, its record kept in the results folder; skipped",
                          point.name)
             continue
-        status = start.standing(root_path / point.name, config, point.name)
+        status = start.standing(root_path / point.name, specs[point.name], point.name)
         if not start.to_start(status):
             outcome[point.name] = f"skipped: {status}"
             number = records.read_point(root_path / point.name).get("trial")
@@ -81,20 +80,19 @@ def run_sweep(sweep: Sweep, root: str, launcher: str = "local", scale: str = "pa
         todo.append((point, status))
     peak = {}
     if chosen.trains_here and todo and not dry_run:
-        peak = shared_cpu_peak([configs[p.name][0] for p, _ in todo])
-        configs.update({p.name: point_config(sweep, p, scale, {**(overrides or {}), **peak})
-                        for p, _ in todo})
+        peak = shared_cpu_peak([specs[p.name] for p, _ in todo])
+        specs.update({p.name: point_spec(sweep, p, scale, root, {**(overrides or {}), **peak})
+                      for p, _ in todo})
 
     jobs, numbers = [], {}
     for i, (point, status) in enumerate(todo):
-        config, own = configs[point.name]
+        spec = specs[point.name]
         more = {}
         if trials is not None:
             numbers[point.name] = more["trial"] = trials.trial_of(point, root_path / point.name)
-            config, own = point_config(sweep, point, scale, {
+            spec = point_spec(sweep, point, scale, root, {
                 **(overrides or {}), **peak, **trials.overrides(numbers[point.name])})
-        job = start.job(sweep, point, chosen, config, own, root, scale, python, i, len(todo),
-                        **more)
+        job = start.job(sweep, point, chosen, spec, root, python, i, len(todo), **more)
         if dry_run:
             print(f"# {point.name} ({status}):\n{shlex.join(job.command)}")
             outcome[point.name] = "printed"

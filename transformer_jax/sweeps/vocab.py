@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
-
-import ml_collections
+from collections.abc import Mapping
+from typing import Any
 
 from transformer_jax.io import layout, storage, workdirs
 
@@ -14,9 +14,10 @@ VOCAB_FIELDS = ("name", "data_dir", "source_lang", "target_lang", "train_files",
 
 
 def share_vocabulary(root: storage.Path, workdir: storage.Path,
-                     config: ml_collections.ConfigDict) -> bool:
-    """Copies the vocabulary of another point under ``root`` trained on the same data into
-    a new ``workdir``; returns whether it did.
+                     vocabulary: Mapping[str, Any]) -> bool:
+    """Copies the vocabulary of another point under ``root`` trained on the same data
+    (``vocabulary``: the point's VOCAB_FIELDS of its data section and their values) into a
+    new ``workdir``; returns whether it did.
 
     The paper trains one vocabulary for all its variants; sharing it also saves each point
     the vocabulary's training. A point that has one (or started without) keeps its own.
@@ -24,7 +25,7 @@ def share_vocabulary(root: storage.Path, workdir: storage.Path,
     target = workdir / layout.VOCAB / layout.VOCAB_MODEL
     if target.exists() or (workdir / layout.CHECKPOINTS).exists():
         return False
-    wanted = {k: config.data[k] for k in VOCAB_FIELDS}
+    wanted = {k: vocabulary[k] for k in VOCAB_FIELDS}
     for other in sorted(root.iterdir()):
         source = other / layout.VOCAB / layout.VOCAB_MODEL
         saved = workdirs.read_object(other / layout.CONFIG)

@@ -13,24 +13,23 @@ import subprocess
 import time
 from typing import Any
 
-import ml_collections
-
 from transformer_jax.io import storage, workdirs
 from transformer_jax.sweeps import records
 from transformer_jax.sweeps.experiment import Point
+from transformer_jax.sweeps.points import PointSpec
 from transformer_jax.sweeps.vocab import share_vocabulary
 
 
 @dataclasses.dataclass(frozen=True)
 class Job:
     """One point to start: its ``command`` (from ``Launcher.command``), its workdir, its
-    config, the head of its sweep_point.json, the sweep's root, and its place among the
-    points started (``index`` of ``total``)."""
+    spec (points.PointSpec), the head of its sweep_point.json, the sweep's root, and its
+    place among the points started (``index`` of ``total``)."""
 
     point: Point
     workdir: storage.Path
     command: list[str]
-    config: ml_collections.ConfigDict
+    spec: PointSpec
     header: dict[str, Any]
     root: storage.Path
     index: int = 0
@@ -46,7 +45,7 @@ def run_here(job: Job, trains_here: bool) -> str:
     logging.info("[%d/%d] %s: %s", job.index + 1, job.total, job.point.label, shlex.join(cmd))
     if trains_here:
         workdir.mkdir(parents=True, exist_ok=True)
-        share_vocabulary(job.root, workdir, job.config)
+        share_vocabulary(job.root, workdir, dict(job.spec.vocabulary))
     start, started = time.time(), workdirs.now()
     if not trains_here:
         proc = subprocess.Popen(cmd)

@@ -77,11 +77,14 @@ def count_params(config: dict[str, Any], workdir: storage.Path) -> int | None:
     """Parameters of the point's model, with the vocabulary it trained (or its config's)."""
     from transformer_jax.data.tokenizer import Tokenizer
     from transformer_jax.model import counts
+    from transformer_jax.model.spec import TransformerConfig
 
     vocab_file = workdir / layout.VOCAB / layout.VOCAB_MODEL
     try:
         vocab = Tokenizer(vocab_file).vocab_size if vocab_file.exists() else None
-        return counts.num_params(ml_collections.ConfigDict(config), vocab)
+        recorded = ml_collections.ConfigDict(config)
+        return counts.num_params(TransformerConfig.from_config(
+            recorded.model, vocab or recorded.data.vocab_size))
     except (KeyError, TypeError, ValueError, AttributeError, OSError, RuntimeError,
             ArithmeticError):  # a config of the past, or damaged: no count, not a stop
         return None

@@ -37,7 +37,7 @@ import optuna
 from transformer_jax.io import metric_keys, storage, workdirs
 from transformer_jax.sweeps import hyper, launchers, records, start
 from transformer_jax.sweeps.experiment import Point, Sweep
-from transformer_jax.sweeps.points import point_config
+from transformer_jax.sweeps.points import PointSpec, point_config, point_spec
 from transformer_jax.sweeps.search import samplers, study as study_lib
 from transformer_jax.sweeps.search.spec import Search
 from transformer_jax.sweeps.search.trials import (
@@ -242,13 +242,18 @@ class Controller:
                                 self.budget.startup, self.first_rung, phase)
         return point_config(self.sweep, point, self.scale, {**self.overrides, **more})
 
+    def spec(self, point: Point, number: int) -> PointSpec:
+        """The spec of the point's config in trial ``number`` (:meth:`config`)."""
+        return PointSpec.from_config(*self.config(point, number), self.sweep, point,
+                                     self.scale, self.root)
+
     def write_definition(self) -> None:
         """ROOT/sweep.json: the sweep, its search, and the points of the trials so far."""
         with self.lock:
             points = known_points(self.sweep, self.search, self.study)
-            configs = {p.name: point_config(self.sweep, p, self.scale, self.overrides)
-                       for p in points}
-            definition = records.definition(self.sweep, points, configs, self.scale,
+            specs = {p.name: point_spec(self.sweep, p, self.scale, self.root, self.overrides)
+                     for p in points}
+            definition = records.definition(self.sweep, points, specs, self.scale,
                                             self.experiment)
             definition["swept"] = [*(d.field for d in self.sweep.space), *(
                 f for f in definition["swept"] if f in hyper.SEED_LIKE)]
@@ -265,31 +270,31 @@ class Controller:
         self.write_definition()
         confirm_run = study_lib.phase(self._trial(number)) == study_lib.CONFIRM
         for point in points:
-            config, own = self.config(point, number)
+            spec = self.spec(point, number)
             workdir = self.root_path / point.name
             if confirm_run and stops.reopen(workdir, stops.PRUNED):
                 logging.info("%s: trial %d resumes %s, pruned while exploring, to the end",
                              self.sweep.name, number, point.name)
-            status = start.standing(workdir, config, point.name)
+            status = start.standing(workdir, spec, point.name)
             if status.kind in DONE:
                 if status.kind != "finished":
                     break
                 continue
             if start.to_start(status):
                 outcome = start.launch(self.sweep, self.chosen, self._job(
-                    point, config, own, number, index, self.search.trials))
+                    point, spec, number, index, self.search.trials))
                 if outcome.startswith("failed") and self.chosen.mode == launchers.SUBMITS:
                     return outcome
             if self.chosen.mode == launchers.SUBMITS:
-                self._wait_for_queue(workdir, config.train.num_steps)
-            if point_status(workdir, config.train.num_steps).kind in ("pruned", "diverged"):
+                self._wait_for_queue(workdir, spec.num_steps)
+            if point_status(workdir, spec.num_steps).kind in ("pruned", "diverged"):
                 break
         return self.tell(number, points)
 
-    def _job(self, point: Point, config: Any, own: Any, number: int, index: int,
+    def _job(self, point: Point, spec: PointSpec, number: int, index: int,
              total: int) -> launchers.Job:
-        return start.job(self.sweep, point, self.chosen, config, own, self.root, self.scale,
-                         self.python, index, total, trial=number, study=self.sweep.name)
+        return start.job(self.sweep, point, self.chosen, spec, self.root, self.python, index,
+                         total, trial=number, study=self.sweep.name)
 
     def _wait_for_queue(self, workdir: storage.Path, num_steps: int) -> None:
         while point_status(workdir, num_steps, ask_queue=True).kind == "queued":
@@ -359,9 +364,9 @@ class Controller:
             if number is None:
                 break
             for point in self.points(number):
-                config, own = self.config(point, number)
                 start.launch(self.sweep, self.chosen,
-                             self._job(point, config, own, number, index, parallel))
+                             self._job(point, self.spec(point, number), number, index,
+                                       parallel))
             outcome[f"trial={number}"] = "printed"
         self.chosen.write(f"# a search needs a running controller: these are its first "
                           f"{len(outcome)} trials; run the sweep with a launcher that runs or "

@@ -43,7 +43,7 @@ from transformer_jax.sweeps import launchers, records, space
 from transformer_jax.sweeps.checks import check_flags
 from transformer_jax.sweeps.cpu_peak import shared_cpu_peak
 from transformer_jax.sweeps.experiment import Sweep
-from transformer_jax.sweeps.points import point_config, train_args
+from transformer_jax.sweeps.points import point_config, point_spec
 from transformer_jax.sweeps.search import progress, samplers, study as study_lib
 from transformer_jax.sweeps.search.controller import Controller, search_overrides
 from transformer_jax.sweeps.search.spec import Search
@@ -79,7 +79,7 @@ def run_search(sweep: Sweep, root: str, search: Search, launcher: str = "local",
     study_lib.check_url(controller.url)
     fixed = {**overrides, **search_overrides(controller.url, sweep.name, 0, search,
                                              controller.budget.startup, controller.first_rung)}
-    first = point_config(sweep, sweep.points()[0], scale, fixed)[0]
+    first = point_spec(sweep, sweep.points()[0], scale, root, fixed)
     # Every value a trial may sample is one it can train (num_heads dividing d_model, ...).
     space.check_trainable(sweep.space, lambda values: point_config(
         sweep, trial_points(sweep, 0, values)[0], scale, fixed))
@@ -102,9 +102,8 @@ def run_search(sweep: Sweep, root: str, search: Search, launcher: str = "local",
         outcome = {}
         for trial in controller.resumable():
             for point in controller.points(trial.number):
-                config, own = controller.config(point, trial.number)
-                cmd = chosen.command(sweep, point, train_args(sweep, point, scale, config, own,
-                                                              root))
+                cmd = chosen.command(sweep, point,
+                                     controller.spec(point, trial.number).command_args)
                 print(f"# {point.name} (trial {trial.number}, to resume):\n{shlex.join(cmd)}")
             outcome[f"trial={trial.number}"] = "printed"
         taken = sum(t.state != optuna.trial.TrialState.FAIL for t in study.trials)
