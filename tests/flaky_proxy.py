@@ -12,7 +12,10 @@ schedule, instead of forwarding them:
   by the client that counts retries: by aiohttp (gcsfs's) for a method it deems idempotent
   (GET, HEAD, PUT, DELETE...), by curl (TensorStore's) for any. And a gcsfs upload reset in
   the middle of its response crashes CPython 3.12.1 (docs/faults.md, "A reset connection").
-* ``delay``: the request forwarded after ``delay_s`` seconds (not a failure).
+* ``delay``: the request forwarded after ``delay_s`` seconds (not a failure);
+* ``hold``: the request read whole and never answered, its connection held open (a bucket
+  that stopped answering: a write that stalls) until :meth:`Proxy.heal` or ``hold_s``
+  seconds, then reset without an answer.
 
 Which requests: ``every``-th request (1, 2, ... counted as they arrive), or each with
 probability ``fraction`` drawn from ``random.Random(seed)``, the kind drawn from ``kinds``
@@ -20,7 +23,9 @@ by the same generator; the first request whose path holds each text of ``fail_fi
 (the failures of ``kinds`` in turn), so that each path a run writes meets a failure; and
 every request from request ``fail_from`` on (kind ``503``),
 which :meth:`Proxy.fail_after` sets once a request whose path holds a given text was
-answered. :meth:`Proxy.heal` ends every failure. ``counts`` says what the proxy did, by
+answered; every request whose path holds a text of ``hold`` (kind ``hold``), and with
+:meth:`Proxy.hold_after` every request after a given one. :meth:`Proxy.heal` ends every
+failure and lets the held connections go. ``counts`` says what the proxy did, by
 kind and by client (its User-Agent: gcsfs or TensorStore).
 """
 
@@ -40,7 +45,7 @@ from typing import Any
 
 FAILURES = ("503", "429", "reset")
 UPLOADS = ("POST", "PATCH")  # the methods aiohttp does not re-send itself
-KINDS = (*FAILURES, "delay")
+KINDS = (*FAILURES, "delay", "hold")
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
                "proxy-connection", "content-length"}
 
@@ -58,12 +63,16 @@ class Proxy:
     def __init__(self, upstream: str, seed: int = 0, every: int | None = None,
                  fraction: float = 0.0, kinds: tuple[str, ...] = FAILURES,
                  fail_from: int | None = None, delay_s: float = 0.5,
-                 fail_first: tuple[str, ...] = ()):
+                 fail_first: tuple[str, ...] = (), hold: tuple[str, ...] = (),
+                 hold_s: float = 600.0):
         assert set(kinds) <= set(KINDS), kinds
         self.upstream = upstream.removeprefix("http://")
         self.every, self.fraction, self.kinds = every, fraction, kinds
         self.fail_from, self.delay_s = fail_from, delay_s
         self.fail_first = list(fail_first)
+        self.hold, self.hold_s, self.hold_from = tuple(hold), hold_s, None
+        self.healed = threading.Event()  # set by heal(): the held connections let go
+        self.held_since: float | None = None  # time.monotonic() of the first held request
         self.failing_since: float | None = None  # time.monotonic() when fail_from began
         self.random = random.Random(seed)
         self.lock = threading.Lock()
@@ -71,6 +80,7 @@ class Proxy:
         self.counts: collections.Counter = collections.Counter()  # (kind, client) -> n
         self.log: list[tuple[int, str, str, str]] = []  # (n, method, path, what was done)
         self._trigger: str | None = None
+        self._hold_trigger: str | None = None
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -107,11 +117,18 @@ class Proxy:
         with self.lock:
             self._trigger = path_text
 
+    def hold_after(self, path_text: str) -> None:
+        """Every request after the first one whose path holds ``path_text`` is held."""
+        with self.lock:
+            self._hold_trigger = path_text
+
     def heal(self) -> None:
-        """No request fails from now on."""
+        """No request fails or is held from now on; those held are let go (reset)."""
         with self.lock:
             self.every, self.fraction, self.fail_from, self._trigger = None, 0.0, None, None
             self.fail_first = []
+            self.hold, self.hold_from, self._hold_trigger = (), None, None
+        self.healed.set()
 
     def failed(self, client: str | None = None) -> int:
         """Requests answered with a failure (503, 429 or a reset), of ``client`` or all."""
@@ -124,7 +141,12 @@ class Proxy:
             n = self.requests
             kind = "forward"
             first = next((t for t in self.fail_first if t in path), None)
-            if self.fail_from is not None and n >= self.fail_from:
+            if ((self.hold_from is not None and n >= self.hold_from)
+                    or any(t in path for t in self.hold)):
+                kind = "hold"
+                if self.held_since is None:
+                    self.held_since = time.monotonic()
+            elif self.fail_from is not None and n >= self.fail_from:
                 kind = "503"
             elif first is not None:
                 self.fail_first.remove(first)
@@ -142,6 +164,8 @@ class Proxy:
             if self._trigger is not None and self._trigger in path:
                 self.fail_from, self._trigger = n + 1, None
                 self.failing_since = time.monotonic()
+            if self._hold_trigger is not None and self._hold_trigger in path:
+                self.hold_from, self._hold_trigger = n + 1, None
 
     # One request.
 
@@ -166,6 +190,15 @@ class Proxy:
                 handler.end_headers()
                 handler.wfile.flush()
             # SO_LINGER 0: close() sends RST instead of FIN.
+            handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                          struct.pack("ii", 1, 0))
+            handler.close_connection = True
+            handler.connection.close()
+            return
+        if kind == "hold":
+            # Read whole, never answered: the client waits for an answer that does not come
+            # (its own timeouts aside) until the proxy is healed.
+            self.healed.wait(self.hold_s)
             handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                           struct.pack("ii", 1, 0))
             handler.close_connection = True
@@ -198,6 +231,7 @@ class Proxy:
             connection.close()
 
     def stop(self) -> None:
+        self.healed.set()
         self.server.shutdown()
         self.server.server_close()
 

@@ -89,6 +89,7 @@ class Checkpoints:
             item_names=("state", "data", "meta"),
         )
         self._writing: int | None = None  # the step of a save that may still be running
+        self._signal_before: str | None = None  # a stop signal received before it began
         late_reads.quiet()  # a damaged checkpoint's refusal stays one line
 
     def latest_step(self) -> int | None:
@@ -110,6 +111,7 @@ class Checkpoints:
                 f"the train state at step {step} holds NaN or Inf and was not saved; the last "
                 f"checkpoint is {self.latest_step()}")
         self._finish_writing()
+        self._signal_before = self.interrupted()
         items = {"state": ocp.args.StandardSave(state),
                  "meta": ocp.args.JsonSave({**meta, CHECKSUMS: checksums})}
         if data_iterator is not None:
@@ -120,16 +122,17 @@ class Checkpoints:
             self._writing = step
         return started
 
-    def _finish_writing(self) -> None:
+    def _finish_writing(self, earlier: str | None | object = stalls.NOW) -> None:
         """Waits for the save in flight, checks that it became a checkpoint, and removes
-        the checkpoints orbax retired."""
+        the checkpoints orbax retired. A stop signal other than ``earlier`` (by default the
+        one received when the wait begins) ends the wait (stalls.within)."""
         if self._stalled:
             return
         step = self._writing
         error: BaseException | None = None
         try:
             stalls.within(self.timeout_s, f"the write of checkpoint {step} to {self.directory}",
-                          self.manager.wait_until_finished, self.interrupted)
+                          self.manager.wait_until_finished, self.interrupted, earlier)
         except WriteStalled:
             self._stalled = True
             raise
@@ -346,8 +349,12 @@ class Checkpoints:
         return dict(meta)
 
     def wait(self) -> None:
-        """Waits for the save in flight; raises UserError if it did not complete."""
-        self._finish_writing()
+        """Waits for the save in flight; raises UserError if it did not complete. A stop
+        signal received since that save began ends the wait (WriteStalled): one that came
+        while the run's last checkpoint was being started, say, asked for no checkpoint of
+        its own. (A save that makes a new checkpoint, and close, wait for the one in flight
+        whatever signal came before the wait: the checkpoint a signal asked for.)"""
+        self._finish_writing(self._signal_before)
 
     def close(self) -> None:
         self._finish_writing()

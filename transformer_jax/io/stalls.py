@@ -21,15 +21,20 @@ from typing import Any
 from transformer_jax.errors import WriteStalled
 
 POLL_S = 0.1  # how often a wait looks at the clock and for a stop signal
+NOW = object()  # within's ``earlier``: the signal received when the wait begins
 
 
 def within(seconds: float, what: str, write: Callable[[], Any],
-           interrupted: Callable[[], str | None] = lambda: None) -> Any:
+           interrupted: Callable[[], str | None] = lambda: None,
+           earlier: str | None | object = NOW) -> Any:
     """``write()``'s result, or its exception; WriteStalled naming ``what`` when it has not
     returned after ``seconds``, or when ``interrupted()`` names a stop signal that came
-    meanwhile (one that came before, whose checkpoint is being written, does not count)."""
+    meanwhile. One that came before does not count (its checkpoint is being written):
+    ``earlier``, the signal received before the write began (None: none), or by default
+    the one received when the wait begins."""
     outcome: dict[str, Any] = {}
-    earlier = interrupted()
+    if earlier is NOW:
+        earlier = interrupted()
 
     def run() -> None:
         try:
