@@ -315,6 +315,11 @@ class LineLog:
         else:
             self.flush(force=True)
 
+    def sync(self) -> None:
+        """Has a local file's writes reach the disk (fsync); a bucket's at :meth:`close`."""
+        if self._file is not None:
+            os.fsync(self._file.fileno())
+
     def __enter__(self) -> LineLog:
         return self
 
