@@ -107,8 +107,9 @@ def test_an_unknown_target_and_another_targets_flag_are_one_line(tmp_path):
 @pytest.mark.parametrize("target", ["ctranslate2", "hf"])
 def test_an_export_on_a_full_disk_stops_in_one_line_and_leaves_nothing(trained_workdir,
                                                                          tmp_path, target):
-    # --out on a tmpfs of 64 KiB: the model's files (CTranslate2's model.bin through its C++,
-    # the safetensors through their Rust, each about 280 KiB here) do not fit.
+    # --out on a tmpfs of 64 KiB: neither the weights (CTranslate2's model.bin, 120 KiB here,
+    # or model.safetensors, 130 KiB, written by safetensors' Rust) nor the SentencePiece
+    # model (237 KiB) fit.
     with needs.tmpfs(tmp_path / "disk", 64 * 1024) as disk:
         ran = run_command("export", target, f"--workdir={trained_workdir}",
                           f"--out={disk}/out")
