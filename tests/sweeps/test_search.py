@@ -826,3 +826,4 @@ def test_a_journal_on_a_full_disk_is_left_whole_and_the_study_goes_on_once_there
         reopened = optuna.load_study(study_name="s", storage=studies.open_storage(str(journal)))
         assert [t.value for t in reopened.trials if t.state == optuna.trial.TrialState.COMPLETE
                 ] == [*map(float, range(told)), 100.0]
+    print(f"{told} trial(s) told before the disk refused an operation")
