@@ -20,13 +20,12 @@ schedule, instead of forwarding them:
 Which requests: ``every``-th request (1, 2, ... counted as they arrive), or each with
 probability ``fraction`` drawn from ``random.Random(seed)``, the kind drawn from ``kinds``
 by the same generator; the first request whose path holds each text of ``fail_first``
-(the failures of ``kinds`` in turn), so that each path a run writes meets a failure; and
+(the failures of ``kinds`` in turn), so that each path a run writes meets a failure;
 every request from request ``fail_from`` on (kind ``503``),
 which :meth:`Proxy.fail_after` sets once a request whose path holds a given text was
-answered; every request whose path holds a text of ``hold`` (kind ``hold``), and with
-:meth:`Proxy.hold_after` every request after a given one. :meth:`Proxy.heal` ends every
-failure and lets the held connections go. ``counts`` says what the proxy did, by
-kind and by client (its User-Agent: gcsfs or TensorStore).
+answered; and every request whose path holds a text of ``hold`` (kind ``hold``).
+:meth:`Proxy.heal` ends every failure and lets the held connections go. ``counts`` says
+what the proxy did, by kind and by client (its User-Agent: gcsfs or TensorStore).
 """
 
 from __future__ import annotations
@@ -70,7 +69,7 @@ class Proxy:
         self.every, self.fraction, self.kinds = every, fraction, kinds
         self.fail_from, self.delay_s = fail_from, delay_s
         self.fail_first = list(fail_first)
-        self.hold, self.hold_s, self.hold_from = tuple(hold), hold_s, None
+        self.hold, self.hold_s = tuple(hold), hold_s
         self.healed = threading.Event()  # set by heal(): the held connections let go
         self.held_since: float | None = None  # time.monotonic() of the first held request
         self.failing_since: float | None = None  # time.monotonic() when fail_from began
@@ -80,7 +79,6 @@ class Proxy:
         self.counts: collections.Counter = collections.Counter()  # (kind, client) -> n
         self.log: list[tuple[int, str, str, str]] = []  # (n, method, path, what was done)
         self._trigger: str | None = None
-        self._hold_trigger: str | None = None
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -117,17 +115,12 @@ class Proxy:
         with self.lock:
             self._trigger = path_text
 
-    def hold_after(self, path_text: str) -> None:
-        """Every request after the first one whose path holds ``path_text`` is held."""
-        with self.lock:
-            self._hold_trigger = path_text
-
     def heal(self) -> None:
         """No request fails or is held from now on; those held are let go (reset)."""
         with self.lock:
             self.every, self.fraction, self.fail_from, self._trigger = None, 0.0, None, None
             self.fail_first = []
-            self.hold, self.hold_from, self._hold_trigger = (), None, None
+            self.hold = ()
         self.healed.set()
 
     def failed(self, client: str | None = None) -> int:
@@ -141,8 +134,7 @@ class Proxy:
             n = self.requests
             kind = "forward"
             first = next((t for t in self.fail_first if t in path), None)
-            if ((self.hold_from is not None and n >= self.hold_from)
-                    or any(t in path for t in self.hold)):
+            if any(t in path for t in self.hold):
                 kind = "hold"
                 if self.held_since is None:
                     self.held_since = time.monotonic()
@@ -164,8 +156,6 @@ class Proxy:
             if self._trigger is not None and self._trigger in path:
                 self.fail_from, self._trigger = n + 1, None
                 self.failing_since = time.monotonic()
-            if self._hold_trigger is not None and self._hold_trigger in path:
-                self.hold_from, self._hold_trigger = n + 1, None
 
     # One request.
 
@@ -189,20 +179,13 @@ class Proxy:
                 handler.send_header("Content-Length", "1000")
                 handler.end_headers()
                 handler.wfile.flush()
-            # SO_LINGER 0: close() sends RST instead of FIN.
-            handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                          struct.pack("ii", 1, 0))
-            handler.close_connection = True
-            handler.connection.close()
+            _reset(handler)
             return
         if kind == "hold":
             # Read whole, never answered: the client waits for an answer that does not come
             # (its own timeouts aside) until the proxy is healed.
             self.healed.wait(self.hold_s)
-            handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                          struct.pack("ii", 1, 0))
-            handler.close_connection = True
-            handler.connection.close()
+            _reset(handler)
             return
         if kind == "delay":
             time.sleep(self.delay_s)
@@ -234,6 +217,13 @@ class Proxy:
         self.healed.set()
         self.server.shutdown()
         self.server.server_close()
+
+
+def _reset(handler: http.server.BaseHTTPRequestHandler) -> None:
+    """Closes the request's connection with an RST (SO_LINGER 0) instead of a FIN."""
+    handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    handler.close_connection = True
+    handler.connection.close()
 
 
 def _read_body(handler: http.server.BaseHTTPRequestHandler) -> bytes:
