@@ -51,3 +51,28 @@ def test_a_signal_ends_the_wait_unless_it_came_before(earlier, ends_at_once):
     else:
         assert "did not return within train.write_timeout_s=0.5 s" in str(stalled.value)
         assert took >= 0.5
+
+
+def test_a_signal_gives_the_write_it_asks_for_its_grace_and_no_more():
+    """With ``grace``: a write that returns within it after the signal gives its result; one
+    that does not is given up ``grace`` after the signal, before its own deadline."""
+    signal = {"name": None}
+    release = threading.Event()
+
+    def write():
+        signal["name"] = "SIGTERM"  # the signal comes once the write has begun
+        release.wait(0.4)
+        return 3
+
+    assert stalls.within(5, "the write of x", write, lambda: signal["name"], None, grace=2) == 3
+    signal["name"] = None
+    start = time.monotonic()
+    with pytest.raises(WriteStalled) as stalled:
+        stalls.within(5, "the write of x", lambda: signal.update(name="SIGTERM") or
+                      release.wait(30), lambda: signal["name"], None, grace=0.5)
+    took = time.monotonic() - start
+    release.set()
+    assert 0.5 <= took < 0.5 + 10 * stalls.POLL_S
+    assert str(stalled.value) == ("SIGTERM received while the write of x had not returned for "
+                                  "0 s; waited 0.5 s more for it (a stalled disk or file "
+                                  "server?): stopped without a new checkpoint")

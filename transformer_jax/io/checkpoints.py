@@ -67,6 +67,10 @@ ITEM_METADATA = "Metadata file does not exist"
 
 TRASH = "deleting"  # old checkpoints are renamed into this subdirectory, then removed
 UNFINISHED = ".orbax-checkpoint-tmp"  # orbax writes checkpoint <step> as <step><UNFINISHED>
+# A stop signal that comes while the run's last checkpoint is being written: what it asks for
+# is that checkpoint, given this long to finish (a few seconds when healthy; schedulers
+# allow a preempted job 30 s or more before SIGKILL) before the run stops without it.
+SIGNAL_GRACE_S = 30.0
 
 bucket_retries.configure_tensorstore()  # a bucket's failed requests retried as gcsfs does
 
@@ -122,17 +126,19 @@ class Checkpoints:
             self._writing = step
         return started
 
-    def _finish_writing(self, earlier: str | None | object = stalls.NOW) -> None:
+    def _finish_writing(self, earlier: str | None | object = stalls.NOW,
+                        grace: float = 0.0) -> None:
         """Waits for the save in flight, checks that it became a checkpoint, and removes
         the checkpoints orbax retired. A stop signal other than ``earlier`` (by default the
-        one received when the wait begins) ends the wait (stalls.within)."""
+        one received when the wait begins) ends the wait, ``grace`` seconds after it came
+        (stalls.within)."""
         if self._stalled:
             return
         step = self._writing
         error: BaseException | None = None
         try:
             stalls.within(self.timeout_s, f"the write of checkpoint {step} to {self.directory}",
-                          self.manager.wait_until_finished, self.interrupted, earlier)
+                          self.manager.wait_until_finished, self.interrupted, earlier, grace)
         except WriteStalled:
             self._stalled = True
             raise
@@ -350,11 +356,13 @@ class Checkpoints:
 
     def wait(self) -> None:
         """Waits for the save in flight; raises UserError if it did not complete. A stop
-        signal received since that save began ends the wait (WriteStalled): one that came
-        while the run's last checkpoint was being started, say, asked for no checkpoint of
-        its own. (A save that makes a new checkpoint, and close, wait for the one in flight
-        whatever signal came before the wait: the checkpoint a signal asked for.)"""
-        self._finish_writing(self._signal_before)
+        signal received since that save began (while the run's last checkpoint was being
+        written, say) gives it :data:`SIGNAL_GRACE_S` more, as the checkpoint the signal asks
+        for, and then ends the wait (WriteStalled): a healthy write finishes, a stalled one
+        does not hold the run up to ``train.write_timeout_s``. (A save that makes a new
+        checkpoint, and close, wait for the one in flight whatever signal came before the
+        wait: the checkpoint a signal asked for.)"""
+        self._finish_writing(self._signal_before, SIGNAL_GRACE_S)
 
     def close(self) -> None:
         self._finish_writing()
