@@ -3,6 +3,7 @@ cache, and the local Google Cloud Storage's address for the storage tests (all s
 or a storage client is imported; the storage server starts only when a test asks for a
 bucket)."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -160,9 +161,11 @@ def postgres_server():
 
 @pytest.fixture
 def bucket(gcs_server, request):
-    """A new empty bucket, ``gs://NAME``, for one test."""
-    name = "t-" + "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:50]
-    return gcs_server.create_bucket(name.strip("-") + f"-{os.getpid()}")
+    """A new empty bucket, ``gs://NAME``, for one test (the test's name cut short, and a
+    digest of all of it: the parameters of a long name come after the cut)."""
+    name = "t-" + "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40]
+    digest = hashlib.sha256(request.node.name.encode()).hexdigest()[:8]
+    return gcs_server.create_bucket(name.strip("-") + f"-{digest}-{os.getpid()}")
 
 
 def pytest_configure(config):

@@ -12,16 +12,20 @@ schedule, instead of forwarding them:
   by the client that counts retries: by aiohttp (gcsfs's) for a method it deems idempotent
   (GET, HEAD, PUT, DELETE...), by curl (TensorStore's) for any. And a gcsfs upload reset in
   the middle of its response crashes CPython 3.12.1 (docs/faults.md, "A reset connection").
-* ``delay``: the request forwarded after ``delay_s`` seconds (not a failure).
+* ``delay``: the request forwarded after ``delay_s`` seconds (not a failure);
+* ``hold``: the request read whole and never answered, its connection held open (a bucket
+  that stopped answering: a write that stalls) until :meth:`Proxy.heal` or ``hold_s``
+  seconds, then reset without an answer.
 
 Which requests: ``every``-th request (1, 2, ... counted as they arrive), or each with
 probability ``fraction`` drawn from ``random.Random(seed)``, the kind drawn from ``kinds``
 by the same generator; the first request whose path holds each text of ``fail_first``
-(the failures of ``kinds`` in turn), so that each path a run writes meets a failure; and
+(the failures of ``kinds`` in turn), so that each path a run writes meets a failure;
 every request from request ``fail_from`` on (kind ``503``),
 which :meth:`Proxy.fail_after` sets once a request whose path holds a given text was
-answered. :meth:`Proxy.heal` ends every failure. ``counts`` says what the proxy did, by
-kind and by client (its User-Agent: gcsfs or TensorStore).
+answered; and every request whose path holds a text of ``hold`` (kind ``hold``).
+:meth:`Proxy.heal` ends every failure and lets the held connections go. ``counts`` says
+what the proxy did, by kind and by client (its User-Agent: gcsfs or TensorStore).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from typing import Any
 
 FAILURES = ("503", "429", "reset")
 UPLOADS = ("POST", "PATCH")  # the methods aiohttp does not re-send itself
-KINDS = (*FAILURES, "delay")
+KINDS = (*FAILURES, "delay", "hold")
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
                "proxy-connection", "content-length"}
 
@@ -58,12 +62,16 @@ class Proxy:
     def __init__(self, upstream: str, seed: int = 0, every: int | None = None,
                  fraction: float = 0.0, kinds: tuple[str, ...] = FAILURES,
                  fail_from: int | None = None, delay_s: float = 0.5,
-                 fail_first: tuple[str, ...] = ()):
+                 fail_first: tuple[str, ...] = (), hold: tuple[str, ...] = (),
+                 hold_s: float = 600.0):
         assert set(kinds) <= set(KINDS), kinds
         self.upstream = upstream.removeprefix("http://")
         self.every, self.fraction, self.kinds = every, fraction, kinds
         self.fail_from, self.delay_s = fail_from, delay_s
         self.fail_first = list(fail_first)
+        self.hold, self.hold_s = tuple(hold), hold_s
+        self.healed = threading.Event()  # set by heal(): the held connections let go
+        self.held_since: float | None = None  # time.monotonic() of the first held request
         self.failing_since: float | None = None  # time.monotonic() when fail_from began
         self.random = random.Random(seed)
         self.lock = threading.Lock()
@@ -108,10 +116,12 @@ class Proxy:
             self._trigger = path_text
 
     def heal(self) -> None:
-        """No request fails from now on."""
+        """No request fails or is held from now on; those held are let go (reset)."""
         with self.lock:
             self.every, self.fraction, self.fail_from, self._trigger = None, 0.0, None, None
             self.fail_first = []
+            self.hold = ()
+        self.healed.set()
 
     def failed(self, client: str | None = None) -> int:
         """Requests answered with a failure (503, 429 or a reset), of ``client`` or all."""
@@ -124,7 +134,11 @@ class Proxy:
             n = self.requests
             kind = "forward"
             first = next((t for t in self.fail_first if t in path), None)
-            if self.fail_from is not None and n >= self.fail_from:
+            if any(t in path for t in self.hold):
+                kind = "hold"
+                if self.held_since is None:
+                    self.held_since = time.monotonic()
+            elif self.fail_from is not None and n >= self.fail_from:
                 kind = "503"
             elif first is not None:
                 self.fail_first.remove(first)
@@ -165,11 +179,13 @@ class Proxy:
                 handler.send_header("Content-Length", "1000")
                 handler.end_headers()
                 handler.wfile.flush()
-            # SO_LINGER 0: close() sends RST instead of FIN.
-            handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
-                                          struct.pack("ii", 1, 0))
-            handler.close_connection = True
-            handler.connection.close()
+            _reset(handler)
+            return
+        if kind == "hold":
+            # Read whole, never answered: the client waits for an answer that does not come
+            # (its own timeouts aside) until the proxy is healed.
+            self.healed.wait(self.hold_s)
+            _reset(handler)
             return
         if kind == "delay":
             time.sleep(self.delay_s)
@@ -198,8 +214,16 @@ class Proxy:
             connection.close()
 
     def stop(self) -> None:
+        self.healed.set()
         self.server.shutdown()
         self.server.server_close()
+
+
+def _reset(handler: http.server.BaseHTTPRequestHandler) -> None:
+    """Closes the request's connection with an RST (SO_LINGER 0) instead of a FIN."""
+    handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    handler.close_connection = True
+    handler.connection.close()
 
 
 def _read_body(handler: http.server.BaseHTTPRequestHandler) -> bytes:

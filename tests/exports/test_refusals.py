@@ -1,7 +1,8 @@
 """What an export refuses, in one line naming the field or file, leaving nothing behind:
 variants a target cannot express, a workdir without checkpoints or with a damaged one, an
-output directory that exists."""
+output directory that exists, a disk too small for the export."""
 
+import os
 import shutil
 
 import pytest
@@ -10,6 +11,7 @@ from transformer_jax.errors import ConfigError
 from transformer_jax.exports import ctranslate2, hf
 from transformer_jax.model.spec import TransformerConfig
 
+from .. import needs
 from ..helpers import run_command
 
 BASE = TransformerConfig(vocab_size=100, num_layers=1, d_model=32, d_ff=64, num_heads=4,
@@ -99,3 +101,22 @@ def test_an_unknown_target_and_another_targets_flag_are_one_line(tmp_path):
     assert ran.stderr.strip().splitlines() == [
         "error: --quantization is for the ctranslate2 target, not hf"]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("target", ["ctranslate2", "hf"])
+def test_an_export_on_a_full_disk_stops_in_one_line_and_leaves_nothing(trained_workdir,
+                                                                         tmp_path, target):
+    # --out on a tmpfs of 64 KiB: neither the weights (CTranslate2's model.bin, 120 KiB here,
+    # or model.safetensors, 130 KiB, written by safetensors' Rust) nor the SentencePiece
+    # model (237 KiB) fit.
+    with needs.tmpfs(tmp_path / "disk", 64 * 1024) as disk:
+        ran = run_command("export", target, f"--workdir={trained_workdir}",
+                          f"--out={disk}/out")
+        assert ran.returncode == 2 and "Traceback" not in ran.stderr, ran.stderr[-3000:]
+        lines = ran.stderr.strip().splitlines()
+        assert [line for line in lines if line.startswith("error:")] == [lines[-1]]
+        assert lines[-1] == (f"error: --out={disk}/out: no space left on device for the "
+                             "export: nothing was written there, its unfinished copy was "
+                             "removed; free some space and run the same command again")
+        assert os.listdir(disk) == []  # neither out nor the directory it was written in

@@ -441,6 +441,65 @@ def test_a_stalled_write_of_process_0_stops_both_processes_and_both_resume(
     assert before[4:] and before[4:] == after[:len(before) - 4], (before, after)
 
 
+@pytest.mark.faults
+def test_a_full_disk_in_a_two_process_run_stops_both_processes_and_both_resume(
+        builtin_data_dir, two_processes, tmp_path):
+    # Both processes' workdir on a small tmpfs that passes the check before training, filled
+    # but 96 KiB once checkpoint 4 is complete (both processes paused meanwhile): the log
+    # lines of a few steps fit, checkpoint 8 (both processes' shards) does not. Process 0,
+    # which writes the logs, meets the full disk first or in checkpoint 8's write (the
+    # threads' race) and ends in one line; process 1, waiting for it in a collective, is
+    # then ended by JAX (process 0 ran the coordination service).
+    from .. import needs
+    from ..training.test_storage_faults import DISK_BYTES, fill_after_first_checkpoint
+
+    uninterrupted, _ = two_processes  # the same training, never interrupted
+    expected = {step: (loss, norm) for step, loss, norm in losses(uninterrupted)}
+    logs = tmp_path / "logs"
+    with needs.tmpfs(tmp_path / "disk", DISK_BYTES) as disk:
+        workdir = disk / "run"
+        args = run_args(builtin_data_dir, workdir)
+        procs = start(args, logs, "full")
+        with ended_at_exit(procs):
+            ballast = fill_after_first_checkpoint(procs, disk, workdir, 96 * 1024, step=4,
+                                                  timeout=1800)
+            filled = time.monotonic()
+            procs[0].wait(timeout=300)
+            first_ended = time.monotonic()
+            procs[1].wait(timeout=HEARTBEAT_S + 60)
+            second_ended = time.monotonic()
+        first, second = ((logs / f"full.{i}.log").read_text() for i in range(2))
+        lines = first.strip().splitlines()
+        assert procs[0].returncode == 2 and "Traceback" not in first, first[-3000:]
+        assert [line for line in lines if line.startswith("error:")] == [lines[-1]], lines[-5:]
+        assert re.fullmatch(rf"error: (checkpoint 8 could not be written to {workdir}/checkpoints"
+                            rf"|{workdir}/(metrics.jsonl|tb/events\.\S+)): No space left on "
+                            r"device.*; the last complete checkpoint is 4: run the same command "
+                            "again to resume from it once there is room", lines[-1]), lines[-1]
+        assert procs[1].returncode != 0, second[-3000:]
+        assert second_ended - first_ended < HEARTBEAT_S + 60, second_ended - first_ended
+        # Nothing half-written where the next run reads: checkpoint 4 alone, no unfinished
+        # copy of 8 (a whole restore of 4 is the resume's), the log in whole lines.
+        assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["4"]
+        metrics = (workdir / "metrics.jsonl").read_text()
+        assert metrics.endswith("\n") and all(map(json.loads, metrics.splitlines()))
+        print(f"process 0 ended {first_ended - filled:.1f} s after the disk filled, process 1 "
+              f"{second_ended - first_ended:.1f} s after it ({procs[1].returncode}): "
+              f"{lines[-1]}")
+
+        ballast.unlink()
+        restarted = train_two(args, logs, "restarted", timeout=1800)
+        assert "resuming from step 4" in restarted[0], restarted[0][-3000:]
+        assert "is damaged" not in restarted[0]
+        logged = losses(workdir)
+    # Every loss logged, by the run the disk stopped and by the restarted one, is the
+    # uninterrupted run's, bitwise.
+    assert {step for step, _, _ in logged} == set(expected) == set(range(1, STEPS + 1))
+    mismatches = [(step, loss, expected[step]) for step, loss, norm in logged
+                  if (loss, norm) != expected[step]]
+    assert not mismatches, mismatches[:5]
+
+
 # ----------------------------------------------------------------------------------------
 # The workdir in a bucket; pmap
 

@@ -5,6 +5,7 @@ bucket that keeps failing stops the run in one line, and the same command resume
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -199,3 +200,131 @@ def test_a_bucket_that_keeps_failing_stops_the_run_in_one_line_and_the_same_comm
     assert workdirs.checkpoint_steps_on_disk(workdir) == [10, 20]
     print(f"stopped {took:.0f} s after the bucket began failing; {dict(failing.counts)}; "
           f"{errors[0]}")
+
+
+# ----------------------------------------------------------------------------------------
+# A checkpoint write that stalls
+
+# TensorStore's uploads of checkpoint 20's arrays (the OCDBT data files and manifest): the
+# object's name URL-encoded in the query, as TensorStore writes it (gcsfs writes the other
+# files of the checkpoint with the name as it is).
+CHECKPOINT_20_ARRAYS = "name=run%2Fcheckpoints%2F20%2F"
+
+
+def wait_for_the_wait(process, stalled, timeout=600):
+    """Returns once checkpoint 20's arrays are held and the run's main thread has gone on
+    past the start of the save (its upload of metrics.jsonl after the held request, which
+    the save of a checkpoint in a bucket makes at once: Run._save's flush): it now waits for
+    the checkpoint. The moment the first array was held, by time.monotonic."""
+    deadline = time.time() + timeout
+    while True:
+        assert process.poll() is None, process.communicate()[0][-3000:]
+        assert time.time() < deadline, "checkpoint 20's arrays were never written"
+        with stalled.lock:
+            held = [n for n, _, _, kind in stalled.log if kind == "hold"]
+            flushed = held and any(n > held[0] and "name=run/metrics.jsonl&upload_id=" in p
+                                   for n, _, p, _ in stalled.log)
+        if flushed:
+            return stalled.held_since
+        time.sleep(0.02)
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("stop", ["timeout", "SIGTERM"])
+def test_a_stalled_checkpoint_write_stops_the_run_in_one_line_and_the_same_command_resumes(
+        builtin_data_dir, bucket, proxy, straight_run, stop):
+    # The bucket stops answering TensorStore's uploads of checkpoint 20's arrays (the
+    # requests are held open, unanswered, until the proxy is healed): orbax's asynchronous
+    # write hangs. train.write_timeout_s (5 s here) ends the run; with its default of 120 s,
+    # SIGTERM sent while the run waits for the write must end it within 60 s (30 s given to
+    # the write, the checkpoint the signal asks for).
+    config = tiny_config(builtin_data_dir, num_steps=20, log_every=1,  # straight_run's
+                         write_timeout_s=5.0 if stop == "timeout" else 120.0)
+    workdir = f"{bucket}/run"
+    stalled = proxy(hold=(CHECKPOINT_20_ARRAYS,))
+    env = {**os.environ, **gcs_emulator.environment(stalled.port), "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "transformer_jax.main",
+                                *command_line(config), f"--workdir={workdir}"], cwd=ROOT,
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        held_since = wait_for_the_wait(process, stalled)
+        if stop == "SIGTERM":
+            signalled = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+        stderr = process.communicate(timeout=300)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    ended = time.monotonic()
+    assert process.returncode == 2, stderr[-3000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert errors == [stderr.strip().splitlines()[-1]] and "Traceback" not in stderr, (
+        stderr[-3000:])
+    what = f"the write of checkpoint 20 to {workdir}/checkpoints"
+    last = ("the last complete checkpoint is 10: run the same command again to resume from "
+            "it once the bucket answers")
+    if stop == "timeout":
+        assert errors[0] == (f"error: {what} did not return within train.write_timeout_s=5 s "
+                             f"(a stalled disk or file server?): stopped; {last}"), errors
+        took = ended - held_since
+        assert took < 5 + 30, took
+    else:
+        # The checkpoint in flight is the one the signal asks for: given
+        # checkpoints.SIGNAL_GRACE_S (30 s) to finish, then the run stops without it.
+        assert re.fullmatch(f"error: SIGTERM received while {re.escape(what)} had not returned "
+                            r"for \d+ s; waited 30 s more for it \(a stalled disk or file "
+                            rf"server\?\): stopped without a new checkpoint; {re.escape(last)}",
+                            errors[0]), errors
+        took = ended - signalled
+        assert 30 <= took < 60, took
+    held = stalled.counts["hold", "tensorstore"]
+    assert held >= 1 and stalled.failed() == 0, stalled.counts
+    assert workdirs.checkpoint_steps_on_disk(workdir) == [10]
+    print(f"{stop}: stopped {took:.1f} s after the "
+          f"{'signal' if stop == 'SIGTERM' else 'first held request'} ({held} held): "
+          f"{errors[0]}")
+
+    # Once the bucket answers, the same command resumes from 10 to the uninterrupted losses.
+    stalled.heal()
+    status, stderr, _ = run_main(config, workdir, stalled)
+    assert status == 0, stderr[-3000:]
+    assert "resuming from step 10" in stderr
+    assert losses(workdir) == losses(straight_run)  # bitwise, every step
+    assert workdirs.checkpoint_steps_on_disk(workdir) == [10, 20]
+
+
+@pytest.mark.faults
+def test_a_signal_during_a_slow_last_checkpoint_write_waits_for_it(builtin_data_dir, bucket,
+                                                                    proxy, straight_run):
+    # The run's last checkpoint is slow, not stalled: the bucket holds its arrays' uploads
+    # for a few seconds after SIGTERM and then answers (TensorStore retries the request the
+    # proxy let go). That checkpoint is the one the signal asks for: the run waits for it
+    # (checkpoints.SIGNAL_GRACE_S, 30 s) and ends normally with it, every loss the
+    # uninterrupted run's.
+    config = tiny_config(builtin_data_dir, num_steps=20, log_every=1)  # straight_run's
+    workdir = f"{bucket}/run"
+    slow = proxy(hold=(CHECKPOINT_20_ARRAYS,))
+    env = {**os.environ, **gcs_emulator.environment(slow.port), "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "transformer_jax.main",
+                                *command_line(config), f"--workdir={workdir}"], cwd=ROOT,
+                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        wait_for_the_wait(process, slow)
+        signalled = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        time.sleep(3)
+        slow.heal()
+        stderr = process.communicate(timeout=300)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+    took = time.monotonic() - signalled
+    assert process.returncode == 0, stderr[-3000:]
+    assert "error:" not in stderr and "Traceback" not in stderr, stderr[-3000:]
+    assert slow.counts["hold", "tensorstore"] >= 1, slow.counts
+    assert 3 <= took < 30, took
+    assert workdirs.checkpoint_steps_on_disk(workdir) == [10, 20]
+    assert losses(workdir) == losses(straight_run)  # bitwise, every step
+    print(f"ended {took:.1f} s after the signal, the bucket answering 3 s after it")

@@ -2,11 +2,13 @@
 two controllers sharing one study through the journal file and through PostgreSQL, drawing
 distinct values and taking an abandoned trial once; exploring on one seed and confirming the
 best on the others; stopped runs told PRUNED; a bucket root without --storage; the status,
-the report and optuna-dashboard of a study."""
+the report and optuna-dashboard of a study; a journal file on a full disk."""
 
 import json
 import logging
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import pytest
 from absl import app  # noqa: F401 -- its flags defined before the commands run here
 
 from transformer_jax import studies
+from transformer_jax.errors import DiskFull
 from transformer_jax.io import workdirs
 from transformer_jax.sweeps import launchers
 from transformer_jax.sweeps.experiment import load_experiment
@@ -31,6 +34,7 @@ from transformer_jax.sweeps.search import (
 from transformer_jax.sweeps.search.spec import Search
 from transformer_jax.training import stops
 
+from .. import needs
 from ..gcs_emulator import free_port
 from ..helpers import ROOT, run_command, tiny_overrides
 
@@ -795,3 +799,32 @@ def test_a_search_with_every_trial_pruned_promotes_the_best_and_resumes_its_run(
     status = search.status_lines(sweep, str(root), how, "demo", steps)
     assert status[-1].startswith(f"best so far: trial {best.number} ") and \
         status[-1].endswith("mean of 2 seeds"), status
+
+
+@pytest.mark.faults
+def test_a_journal_on_a_full_disk_is_left_whole_and_the_study_goes_on_once_there_is_room(
+        tmp_path):
+    # Optuna's own append left the part of an operation that fit, which the next append ran
+    # into: a line that does not replay, and the study could not be opened again.
+    space = {"lr": optuna.distributions.FloatDistribution(0.0, 1.0)}
+    with needs.tmpfs(tmp_path / "disk", 64 * 1024) as disk:
+        journal = disk / "study.journal"
+        study = optuna.create_study(storage=studies.open_storage(str(journal)), study_name="s")
+        ballast = disk / "ballast"
+        ballast.write_bytes(b"\0" * (shutil.disk_usage(disk).free - 2048))
+        told = 0
+        with pytest.raises(DiskFull, match=f"^{re.escape(str(journal))}: No space left on "
+                                           "device: the write was undone"):
+            for _ in range(1000):  # a trial asked and told takes some hundred bytes
+                trial = study.ask(space)
+                study.tell(trial, float(told))
+                told += 1
+        text = journal.read_text()
+        assert told >= 1 and text.endswith("\n")
+        assert all(isinstance(json.loads(line), dict) for line in text.splitlines())
+        ballast.unlink()
+        study.tell(study.ask(space), 100.0)
+        reopened = optuna.load_study(study_name="s", storage=studies.open_storage(str(journal)))
+        assert [t.value for t in reopened.trials if t.state == optuna.trial.TrialState.COMPLETE
+                ] == [*map(float, range(told)), 100.0]
+    print(f"{told} trial(s) told before the disk refused an operation")

@@ -36,21 +36,26 @@ def straight_config(data_dir):
     return tiny_config(data_dir, num_steps=20, log_every=1)
 
 
-def fill_after_first_checkpoint(process, disk, workdir, leave):
-    """Pauses the run once checkpoint 10 is complete, fills ``disk`` but ``leave`` bytes with
-    a ballast file, and lets the run go on. Returns the ballast's path."""
-    deadline = time.time() + 300
-    while not (workdir / layout.CHECKPOINTS / "10").is_dir():
-        assert process.poll() is None, process.communicate()[0][-3000:]
-        assert time.time() < deadline, "no checkpoint 10 after 300 s"
+def fill_after_first_checkpoint(process, disk, workdir, leave, step=10, timeout=300):
+    """Pauses the run (``process``, or a list of a run's processes) once checkpoint ``step``
+    is complete, fills ``disk`` but ``leave`` bytes with a ballast file, and lets the run go
+    on. Returns the ballast's path."""
+    processes = process if isinstance(process, list) else [process]
+    deadline = time.time() + timeout
+    while not (workdir / layout.CHECKPOINTS / str(step)).is_dir():
+        for p in processes:
+            assert p.poll() is None, (p.communicate()[0] or "")[-3000:]
+        assert time.time() < deadline, f"no checkpoint {step} after {timeout} s"
         time.sleep(0.002)
-    process.send_signal(signal.SIGSTOP)
+    for p in processes:
+        p.send_signal(signal.SIGSTOP)
     ballast = disk / "ballast"
     try:
         with open(ballast, "wb") as f:
             f.write(b"\0" * (shutil.disk_usage(disk).free - leave))
     finally:
-        process.send_signal(signal.SIGCONT)
+        for p in processes:
+            p.send_signal(signal.SIGCONT)
     return ballast
 
 

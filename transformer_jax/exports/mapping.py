@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from transformer_jax.errors import ConfigError, UserError, shown
+from transformer_jax.errors import ConfigError, DiskFull, UserError, shown
 from transformer_jax.io import layout, storage
 from transformer_jax.model import kernels, positions
 from transformer_jax.model.spec import TransformerConfig
@@ -251,13 +251,20 @@ def _partial(path: storage.Path) -> str:
 @contextlib.contextmanager
 def writing(out: storage.PathLike) -> Iterator[str]:
     """A new directory beside ``out`` to write into, renamed to ``out`` when the block ends
-    without error and removed when it raises: no half-written ``out`` is ever seen."""
+    without error and removed when it raises: no half-written ``out`` is ever seen. A write
+    refused there for want of space, whichever library made it, is DiskFull naming ``out``."""
     path = check_new(out)
     local = os.fspath(path)
     partial = _partial(path)
     try:
         yield partial
         os.rename(partial, local)
+    except Exception as e:
+        if not storage.out_of_space(e):
+            raise
+        raise DiskFull(f"--out={shown(os.fspath(out))}: no space left on device for the "
+                       "export: nothing was written there, its unfinished copy was removed; "
+                       "free some space and run the same command again") from e
     finally:
         if os.path.isdir(partial):
             shutil.rmtree(partial)

@@ -21,15 +21,22 @@ from typing import Any
 from transformer_jax.errors import WriteStalled
 
 POLL_S = 0.1  # how often a wait looks at the clock and for a stop signal
+NOW = object()  # within's ``earlier``: the signal received when the wait begins
 
 
 def within(seconds: float, what: str, write: Callable[[], Any],
-           interrupted: Callable[[], str | None] = lambda: None) -> Any:
+           interrupted: Callable[[], str | None] = lambda: None,
+           earlier: str | None | object = NOW, grace: float = 0.0) -> Any:
     """``write()``'s result, or its exception; WriteStalled naming ``what`` when it has not
     returned after ``seconds``, or when ``interrupted()`` names a stop signal that came
-    meanwhile (one that came before, whose checkpoint is being written, does not count)."""
+    meanwhile: at once, or ``grace`` seconds after the signal where the write is what the
+    signal asks for (the checkpoint of the run's last step), never past ``seconds``. One that
+    came before does not count (its checkpoint is being written): ``earlier``, the signal
+    received before the write began (None: none), or by default the one received when the
+    wait begins."""
     outcome: dict[str, Any] = {}
-    earlier = interrupted()
+    if earlier is NOW:
+        earlier = interrupted()
 
     def run() -> None:
         try:
@@ -40,16 +47,21 @@ def within(seconds: float, what: str, write: Callable[[], Any],
     thread = threading.Thread(target=run, name=f"write {what}"[:60], daemon=True)
     start = time.monotonic()
     thread.start()
+    signalled: float | None = None  # when a signal that counts was first seen
     while True:
         thread.join(POLL_S)
         if not thread.is_alive():
             break
-        waited = time.monotonic() - start
+        now = time.monotonic()
+        waited = now - start
         signal_name = interrupted()
         if signal_name and not earlier:
-            raise WriteStalled(f"{signal_name} received while {what} had not returned for "
-                               f"{waited:.0f} s (a stalled disk or file server?): stopped "
-                               "without a new checkpoint")
+            signalled = now if signalled is None else signalled
+            if now - signalled >= grace:
+                more = f"; waited {grace:g} s more for it" if grace else ""
+                raise WriteStalled(f"{signal_name} received while {what} had not returned for "
+                                   f"{signalled - start:.0f} s{more} (a stalled disk or file "
+                                   "server?): stopped without a new checkpoint")
         if waited >= seconds:
             raise WriteStalled(f"{what} did not return within train.write_timeout_s="
                                f"{seconds:g} s (a stalled disk or file server?): stopped")

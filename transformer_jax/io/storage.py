@@ -170,6 +170,26 @@ def full_disk(e: BaseException, where: PathLike) -> DiskFull | None:
                     "undone, nothing half-written is left there")
 
 
+# How libraries that write through their own code (safetensors' Rust, CTranslate2's C++)
+# word a write refused for want of space: C's strerror, Rust's io::Error.
+NO_SPACE_WORDS = ("No space left on device", "Disk quota exceeded", "os error 28",
+                  "os error 122")
+
+
+def out_of_space(e: BaseException) -> bool:
+    """Whether ``e``, or an exception it came from, is a write refused for want of space:
+    an OSError of ENOSPC or EDQUOT, or another library's error saying so."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in NO_SPACE:
+            return True
+        if any(words in str(e) for words in NO_SPACE_WORDS):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def free_bytes(p: PathLike) -> int | None:
     """Free space on the file system of ``p`` (which must exist); None in a bucket."""
     where = local(p)
@@ -294,6 +314,11 @@ class LineLog:
             self._file = None
         else:
             self.flush(force=True)
+
+    def sync(self) -> None:
+        """Has a local file's writes reach the disk (fsync); a bucket's at :meth:`close`."""
+        if self._file is not None:
+            os.fsync(self._file.fileno())
 
     def __enter__(self) -> LineLog:
         return self

@@ -12,6 +12,7 @@ database.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from typing import Any
@@ -75,7 +76,7 @@ def _journal(path: str) -> Any:
     if why and why != "no such file":
         raise UserError(f"{path}: {why}, not an Optuna journal file")
     try:
-        journal = optuna.storages.JournalStorage(JournalFileBackend(path))
+        journal = optuna.storages.JournalStorage(_whole_appends(JournalFileBackend)(path))
         for study in journal.get_all_studies():
             if not isinstance(study.study_name, str):  # Optuna replays any JSON value
                 raise TypeError(f"a study named {study.study_name!r}, not a string")
@@ -92,6 +93,27 @@ def _journal(path: str) -> Any:
         # as a ValueError, a wrong operation as a KeyError, TypeError or AssertionError.
         raise UserError(f"{path}: not an Optuna journal of a study (damaged or edited: "
                         f"{type(e).__name__}: {str(e)[:80]})") from None
+
+
+def _whole_appends(backend: type) -> type:
+    """Optuna's JournalFileBackend (``backend``) whose appends are written whole or not at
+    all (storage.LineLog): one refused for want of space is cut off the file again and
+    raised as DiskFull naming it. Optuna's own leaves the part that fit, which the next
+    append runs into: a line that does not replay, and the study could not be opened again.
+    The lock is Optuna's, taken as its own append takes it."""
+
+    class WholeAppends(backend):  # type: ignore[misc,valid-type]
+        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+            text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs)
+            self._lock.acquire()
+            try:
+                with storage.LineLog(self._file_path) as journal:
+                    journal.write(text)
+                    journal.sync()
+            finally:
+                self._lock.release()
+
+    return WholeAppends
 
 
 def _check_told(trial: Any) -> None:

@@ -185,7 +185,9 @@ def storage_faults(workdir: storage.PathLike) -> Iterator[None]:
         last = (f"the last complete checkpoint is {steps[-1]}: run the same command again "
                 "to resume from it" if steps else "no checkpoint was written yet: run the "
                 "same command again to start afresh")
-        more = "once there is room" if isinstance(e, DiskFull) else "once the disk answers"
+        more = ("once there is room" if isinstance(e, DiskFull) else
+                "once the bucket answers" if storage.is_remote(workdir) else
+                "once the disk answers")
         raise type(e)(f"{e}; {last} {more}") from None
 
 
