@@ -1,5 +1,6 @@
-"""Registries of one module an entry: the attention kernels, position schemes, learning-rate
-schedules, pruners, search samplers and sweep launchers are each a package whose modules, and
+"""Registries of one module an entry: the attention kernels, position schemes, datasets, kinds
+of dataset source, decoding strategies, export targets, learning-rate schedules, pruners,
+search samplers, sweep launchers and report metrics are each a package whose modules, and
 those of the directories an environment variable of its own adds to its path, are its entries,
 found by name. :class:`Registry` is what they share; each kind declares what an entry's module
 must define (:class:`Need`) and where its traits are."""

@@ -2,8 +2,10 @@
 and unfinished points marked rather than fatal."""
 
 import csv
+import importlib.util
 import json
 import math
+import os
 import shutil
 import statistics
 import subprocess
@@ -217,13 +219,35 @@ def test_best_mean_is_the_lowest_perplexity_and_the_highest_bleu(replicated_root
     assert "Best mean: dev PPL A_h4 (3.50); dev BLEU A_h4 (96.0); test BLEU A_h4 (95.0)" in text
 
 
-def test_a_metric_registered_in_one_place_is_in_every_table(replicated_root, tmp_path,
-                                                            monkeypatch):
-    monkeypatch.setattr(report_metrics, "METRICS", dict(report_metrics.METRICS))
-    report_metrics.register(report_metrics.Metric(
-        "dev_nll", "dev NLL", lambda run: math.log(run.final_value("perplexity")),
-        higher_is_better=False, digits=3))
-    paths = compare.report(replicated_root, tmp_path)
+# A figure of the report is one module: dev NLL, the log of the last validation perplexity.
+DEV_NLL = """
+import math
+
+from transformer_jax.sweeps.report.metrics import Metric
+
+METRIC = Metric("dev NLL", lambda run: math.log(run.final_value("perplexity")),
+                higher_is_better=False, digits=3, column=35)
+"""
+
+
+def module_of(path, text):
+    """The module of the file ``path``, written with ``text``, as the registry imports it."""
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_metric_in_one_module_is_in_every_table(replicated_root, tmp_path):
+    report_metrics.REGISTRY.add("dev_nll", module_of(tmp_path / "dev_nll.py", DEV_NLL))
+    try:
+        paths = compare.report(replicated_root, tmp_path / "out")
+        with pytest.raises(ConfigError, match=r"^report metric='dev_nl' is not one of "
+                                              r"dev_bleu, dev_loss, dev_nll, dev_ppl, "):
+            report_metrics.get("dev_nl")
+    finally:
+        report_metrics.REGISTRY.remove("dev_nll")
     sets, rows = _rows(paths["markdown"], "Settings"), _rows(paths["markdown"])
     # NLL = log PPL: A_h4's PPLs 3.0, 3.5, 4.0.
     nll = [math.log(p) for p in (3.0, 3.5, 4.0)]
@@ -231,11 +255,26 @@ def test_a_metric_registered_in_one_place_is_in_every_table(replicated_root, tmp
     assert rows["A_h4,seed=0"]["dev NLL"] == f"{math.log(3.0):.3f}"
     assert f"dev NLL A_h4 ({statistics.fmean(nll):.3f})" in paths["markdown"].read_text()
     with open(paths["csv"]) as f:
-        table = {r["point"]: r for r in csv.DictReader(f)}
+        reader = csv.DictReader(f)
+        table = {r["point"]: r for r in reader}
+    # Its column (35) between dev PPL's (30) and dev BLEU's (40).
+    figures = reader.fieldnames[reader.fieldnames.index("tokens_per_s"):][:7]
+    assert figures == ["tokens_per_s", "dev_loss", "dev_ppl", "dev_nll", "dev_bleu",
+                       "test_bleu", "test_chrf"]
     assert float(table["base,seed=2"]["dev_nll"]) == pytest.approx(math.log(6.0))
-    with pytest.raises(ConfigError, match=r"report metric 'dev_nl' is not one of tokens_per_s, "
-                                          r"dev_loss, dev_ppl, dev_bleu, test_bleu, .*dev_nll"):
-        report_metrics.get("dev_nl")
+
+
+def test_a_metric_module_without_its_metric_is_refused_in_one_line(tmp_path):
+    report_metrics.REGISTRY.add("dev_nll", module_of(tmp_path / "dev_nll.py", "X = 1\n"))
+    try:
+        with pytest.raises(ConfigError) as error:
+            report_metrics.ordered()
+    finally:
+        report_metrics.REGISTRY.remove("dev_nll")
+    assert str(error.value).startswith("report metric='dev_nll': ")
+    assert str(error.value).endswith(" must define METRIC (a "
+                                     "transformer_jax.sweeps.report.metrics.Metric)")
+    assert "\n" not in str(error.value)
 
 
 def _verdicts(path):
@@ -344,16 +383,20 @@ def _chrf(workdir):
     return sacrebleu.CHRF().corpus_score(hyps, [refs]).score
 
 
-def _compare(*args):
+def _compare(*args, env=None):
     run = subprocess.run([sys.executable, "-m", "transformer_jax.compare", *map(str, args)],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+                         cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     return run.stdout
 
 
 @pytest.mark.slow
 def test_compare_shows_test_chrf_of_the_saved_translations(replicated_root, tmp_path):
-    _compare(replicated_root, f"--out={tmp_path}")
+    # With a metric of the user's, one file in a directory TRANSFORMER_JAX_REPORT_METRICS names.
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "dev_nll.py").write_text(DEV_NLL)
+    _compare(replicated_root, f"--out={tmp_path}",
+             env={**os.environ, "TRANSFORMER_JAX_REPORT_METRICS": str(tmp_path / "mine")})
     sets, rows = _rows(tmp_path / "results.md", "Settings"), _rows(tmp_path / "results.md")
     worse = _chrf(replicated_root / "base,seed=0")
     assert 0 < worse < 100
@@ -365,6 +408,8 @@ def test_compare_shows_test_chrf_of_the_saved_translations(replicated_root, tmp_
     with open(tmp_path / "results.csv") as f:
         table = {r["point"]: r for r in csv.DictReader(f)}
     assert float(table["base,seed=2"]["test_chrf"]) == pytest.approx(worse)
+    assert float(table["base,seed=2"]["dev_nll"]) == pytest.approx(math.log(6.0))
+    assert rows["A_h4,seed=0"]["dev NLL"] == f"{math.log(3.0):.3f}"
 
 
 @pytest.mark.slow  # after the shared tiny sweep's 3.5 min

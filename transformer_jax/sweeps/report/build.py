@@ -65,12 +65,12 @@ CONFIG_COLUMNS = tuple((column, *field.split("."))
 
 
 def columns() -> tuple[str, ...]:
-    """The columns of results.csv: the run, its config, its figures (metrics.py), the
+    """The columns of results.csv: the run, its config, its figures (metrics/), the
     paper's and where it ran."""
     return ("point", "setting", "seed", "variant", "value",
             *(c for c, _, _ in CONFIG_COLUMNS), "status", "params", "steps", "num_steps",
-            "wall_s", "cpu_s", *report_metrics.METRICS, "bleu_sentences", "paper_ppl",
-            "paper_bleu", "paper_params_m", "scale", "code", "machine", "started")
+            "wall_s", "cpu_s", *(m.name for m in report_metrics.ordered()), "bleu_sentences",
+            "paper_ppl", "paper_bleu", "paper_params_m", "scale", "code", "machine", "started")
 
 
 def count_params(config: dict[str, Any], workdir: storage.Path) -> int | None:
@@ -158,7 +158,7 @@ def _row(workdir: storage.Path, point: dict[str, Any],
         "steps": max(train, default=None), "num_steps": num_steps,
         "wall_s": round(sum(a["wall_s"] for a in attempts), 1) if attempts else None,
         "cpu_s": round(sum(a.get("cpu_s", 0.0) for a in attempts), 1) if attempts else None,
-        **{m.name: m.compute(run) for m in report_metrics.METRICS.values()},
+        **{m.name: m.compute(run) for m in report_metrics.ordered()},
         "bleu_sentences": final.get(metric_keys.BLEU_SENTENCES),
         "paper_ppl": scores[0] if scores else None,
         "paper_bleu": scores[1] if scores else None,

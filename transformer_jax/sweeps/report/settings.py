@@ -34,7 +34,7 @@ def mean_std(values: Sequence[float]) -> tuple[float, float | None, int] | None:
 def settings(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs grouped by setting (runs that differ only in their seed), in order of first
     appearance: each with its runs, and mean, std and n of each summarised metric
-    (metrics.py) over its finished runs."""
+    (metrics/) over its finished runs."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(row["setting"], []).append(row)
