@@ -182,6 +182,7 @@ with statmt_mirror.serve(archives, tfds.builder_cls("wmt14_translate")):
 """
 
 
+@pytest.mark.slow  # 17 s of one core in make test (2026-12-07)
 def test_a_preparation_killed_while_writing_is_never_read_and_a_rerun_completes(
         tmp_path, archives):
     # The preparing process may write no file larger than the biggest file it extracts:

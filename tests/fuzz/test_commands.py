@@ -153,6 +153,7 @@ def test_an_import_with_no_heads_is_one_line(tmp_path):
             "config.json", "encoder_attention_heads=0")
 
 
+@pytest.mark.slow  # 15 s of one core in make test (2026-12-07)
 def test_the_planner_and_a_search_refuse_their_flags_in_one_line(tmp_path):
     refused(command("plan", "--config=configs/demo.py", "--devices=h100:8", "extra"),
             "unexpected arguments: extra")

@@ -464,6 +464,7 @@ def test_plan_prints_memory_fit_flops_and_time(cuda):
                                                                          rel=0.1)
 
 
+@pytest.mark.slow  # 12 s of one core in make test (2026-12-07)
 def test_plan_refuses_a_bad_device_in_one_line():
     for devices, words in [("h1000:8", "unknown accelerator 'h1000'"),
                            ("h100:9", "at most 8 GPUs a host")]:

@@ -57,6 +57,7 @@ def test_unknown_launcher_is_refused_naming_the_known_ones(tmp_path, monkeypatch
     assert not any(tmp_path.iterdir())  # refused before anything was written
 
 
+@pytest.mark.slow  # 9 s of one core in make test (2026-12-07)
 def test_a_launcher_in_one_new_module_is_used_from_the_command_line(tmp_path):
     (tmp_path / "more").mkdir()
     (tmp_path / "more" / "tofile.py").write_text(TO_FILE)

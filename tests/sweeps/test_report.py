@@ -476,6 +476,7 @@ def test_table3_verdicts():
     assert report_table3.verdict(0.2, 0.5, 0.0, 0.1) == "agrees (none)"
 
 
+@pytest.mark.slow  # 19 s of one core in make test (2026-12-07)
 def test_a_results_folder_recomputes_every_table_without_the_workdirs(replicated_root,
                                                                       tmp_path):
     """compare ROOT --out=FOLDER keeps every run's record in FOLDER/records; compare FOLDER

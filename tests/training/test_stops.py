@@ -292,6 +292,7 @@ def test_a_run_whose_loss_blows_up_stops_as_diverged_and_is_not_resumed(tmp_path
     assert stops.stopped(tmp_path) is None  # no run there
 
 
+@pytest.mark.slow  # 12 s of one core in make test (2026-12-07)
 def test_a_trial_far_worse_than_the_others_is_pruned_at_its_first_evaluation(
         tmp_path, builtin_data_dir):
     # Three completed trials at perplexity 1.0 at step 2: a fresh tiny model (perplexity

@@ -15,6 +15,7 @@ length is chosen from the data; the trainer uses the rows it chose).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -41,8 +42,11 @@ def count(tree: Any) -> int:
     return int(sum(np.prod(x.shape) for x in jax.tree.leaves(tree)))
 
 
+@functools.cache
 def num_params(model_config: TransformerConfig) -> int:
-    """All trainable parameters of the model."""
+    """All trainable parameters of the model, counted once a model in a process: each count
+    traces the model's initialisation (about a second on a CPU), and a sweep's report counts
+    every run's, most of them with the model of another."""
     return count(param_shapes(model_config))
 
 
@@ -64,7 +68,7 @@ def attention_flops_per_token(model_config: TransformerConfig, seq_len: int) -> 
 
 def train_flops_per_token(model_config: TransformerConfig, seq_len: int) -> int:
     """6 x (non-embedding + output-projection parameters) + attention, per target token."""
-    matmul_params = count(param_shapes(model_config)) - embedding_params(model_config)
+    matmul_params = num_params(model_config) - embedding_params(model_config)
     return 6 * matmul_params + attention_flops_per_token(model_config, seq_len)
 
 
