@@ -39,8 +39,9 @@ from transformer_jax.sweeps.report import archive, build, metrics
 # back as written, else text; any other column is text. An empty cell is None.
 INTS = ("seed", "N", "d_model", "d_ff", "h", "d_k", "d_v", "params", "steps", "num_steps",
         "bleu_sentences")
-NUMBERS = ("P_drop", "eps_ls", "wall_s", "cpu_s", *metrics.METRICS, "paper_ppl",
-           "paper_bleu", "paper_params_m")
+FIGURES = tuple(m.name for m in metrics.ordered())  # the report's, in their columns' order
+NUMBERS = ("P_drop", "eps_ls", "wall_s", "cpu_s", *FIGURES, "paper_ppl", "paper_bleu",
+           "paper_params_m")
 TEXTS = ("point", "setting", "variant", "status", "scale", "code", "machine", "started")
 CONFIG = tuple(c for c, _, _ in build.CONFIG_COLUMNS)
 KINDS = (*status.DONE, "unfinished", "failed", "queued", "missing")
@@ -92,7 +93,7 @@ def row(cells: dict[str, str], where: str) -> dict[str, Any]:
         **{k: c[k] for k in ("point", "setting", "seed", "variant", "value", "status")},
         "kind": kind,
         **{k: c[k] for k in ("params", "steps", "num_steps", "wall_s", "cpu_s",
-                             *metrics.METRICS, "bleu_sentences", "paper_ppl",
+                             *FIGURES, "bleu_sentences", "paper_ppl",
                              "paper_bleu", "paper_params_m", "scale")},
         **config,
         "machine": c["machine"], "started": c["started"], "attempts": attempts,
