@@ -62,15 +62,28 @@ def proxy(gcs_server):
         p.stop()
 
 
-def run_main(config, workdir, proxy, timeout=600):
-    """The training command, its storage clients sent through ``proxy``: (exit status, stderr,
-    seconds)."""
+def main_command(config, workdir, proxy):
+    """(the training command's arguments, its environment): its storage clients sent
+    through ``proxy``."""
     env = {**os.environ, **gcs_emulator.environment(proxy.port), "PYTHONPATH": str(ROOT)}
+    return [sys.executable, "-m", "transformer_jax.main", *command_line(config),
+            f"--workdir={workdir}"], env
+
+
+def run_main(config, workdir, proxy, timeout=600):
+    """The training command run through ``proxy``: (exit status, stderr, seconds)."""
+    args, env = main_command(config, workdir, proxy)
     start = time.monotonic()
-    out = subprocess.run([sys.executable, "-m", "transformer_jax.main", *command_line(config),
-                          f"--workdir={workdir}"], capture_output=True, text=True, env=env,
-                         cwd=ROOT, timeout=timeout)
+    out = subprocess.run(args, capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=timeout)
     return out.returncode, out.stderr, time.monotonic() - start
+
+
+def start_main(config, workdir, proxy):
+    """The training command started through ``proxy``, its stderr piped."""
+    args, env = main_command(config, workdir, proxy)
+    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def reported_retries(stderr):
@@ -242,11 +255,7 @@ def test_a_stalled_checkpoint_write_stops_the_run_in_one_line_and_the_same_comma
                          write_timeout_s=5.0 if stop == "timeout" else 120.0)
     workdir = f"{bucket}/run"
     stalled = proxy(hold=(CHECKPOINT_20_ARRAYS,))
-    env = {**os.environ, **gcs_emulator.environment(stalled.port), "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-m", "transformer_jax.main",
-                                *command_line(config), f"--workdir={workdir}"], cwd=ROOT,
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+    process = start_main(config, workdir, stalled)
     try:
         held_since = wait_for_the_wait(process, stalled)
         if stop == "SIGTERM":
@@ -305,11 +314,7 @@ def test_a_signal_during_a_slow_last_checkpoint_write_waits_for_it(builtin_data_
     config = tiny_config(builtin_data_dir, num_steps=20, log_every=1)  # straight_run's
     workdir = f"{bucket}/run"
     slow = proxy(hold=(CHECKPOINT_20_ARRAYS,))
-    env = {**os.environ, **gcs_emulator.environment(slow.port), "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-m", "transformer_jax.main",
-                                *command_line(config), f"--workdir={workdir}"], cwd=ROOT,
-                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+    process = start_main(config, workdir, slow)
     try:
         wait_for_the_wait(process, slow)
         signalled = time.monotonic()
