@@ -280,7 +280,7 @@ def test_a_stalled_checkpoint_write_stops_the_run_in_one_line_and_the_same_comma
         assert took < 5 + 30, took
     else:
         # The checkpoint in flight is the one the signal asks for: given
-        # checkpoints.SIGNAL_GRACE_S (30 s) to finish, then the run stops without it.
+        # stalls.SIGNAL_GRACE_S (30 s) to finish, then the run stops without it.
         assert re.fullmatch(f"error: SIGTERM received while {re.escape(what)} had not returned "
                             r"for \d+ s; waited 30 s more for it \(a stalled disk or file "
                             rf"server\?\): stopped without a new checkpoint; {re.escape(last)}",
@@ -309,7 +309,7 @@ def test_a_signal_during_a_slow_last_checkpoint_write_waits_for_it(builtin_data_
     # The run's last checkpoint is slow, not stalled: the bucket holds its arrays' uploads
     # for a few seconds after SIGTERM and then answers (TensorStore retries the request the
     # proxy let go). That checkpoint is the one the signal asks for: the run waits for it
-    # (checkpoints.SIGNAL_GRACE_S, 30 s) and ends normally with it, every loss the
+    # (stalls.SIGNAL_GRACE_S, 30 s) and ends normally with it, every loss the
     # uninterrupted run's.
     config = tiny_config(builtin_data_dir, num_steps=20, log_every=1)  # straight_run's
     workdir = f"{bucket}/run"

@@ -2,6 +2,7 @@
 (the last 5 for the base model, the last 20 for the big one)."""
 
 import os
+import time
 
 import jax
 import jax.numpy as jnp
@@ -255,3 +256,27 @@ def test_the_checkpoint_clock_counts_minutes_from_the_last_checkpoint():
     clock.restart()
     now[0] = 1199.0
     assert not clock.due()
+
+
+def test_a_signal_while_a_save_waits_for_the_one_before_does_not_lose_it(tmp_path, state):
+    # A stop signal that comes while the next save waits for the checkpoint in flight (a
+    # slow but healthy write: 0.5 s here): the write is given stalls.SIGNAL_GRACE_S, the new
+    # checkpoint is saved and the run can stop with it. That wait once ended at the signal,
+    # and the run exited 2 without a checkpoint it could have had.
+    ckpts = checkpoints.Checkpoints(tmp_path, keep=5, timeout_s=120)
+    received = {"name": None}
+    ckpts.interrupted = lambda: received["name"]
+    ckpts.save(2, state, None, {"vocab_size": TINY.vocab_size})
+    finish = ckpts.manager.wait_until_finished
+
+    def slow_finish():
+        received["name"] = "SIGTERM"
+        time.sleep(0.5)
+        finish()
+
+    ckpts.manager.wait_until_finished = slow_finish
+    ckpts.save(4, state, None, {"vocab_size": TINY.vocab_size})
+    ckpts.manager.wait_until_finished = finish
+    ckpts.wait()
+    assert ckpts.all_steps() == [2, 4]
+    ckpts.close()

@@ -16,8 +16,8 @@ What a fault can and cannot do to them:
   then removed, so a kill during the removal cannot leave half a ``<step>`` directory either.
 * A save that fails (a full disk: DiskFull) is reported in one line naming the directory
   and orbax's reason, its temporary directory removed; one that has not finished after
-  ``timeout_s`` (a stalled disk) raises WriteStalled (``stalls.within``). Either way the
-  checkpoints before it are untouched.
+  ``timeout_s`` (a stalled disk), or ``stalls.SIGNAL_GRACE_S`` after a stop signal, raises
+  WriteStalled (``stalls.within``). Either way the checkpoints before it are untouched.
 * No checkpoint holds NaN or Inf: :meth:`Checkpoints.save` refuses such a state.
 * A checkpoint damaged on disk (a truncated or overwritten file, a missing item) fails to
   restore, or restores arrays that do not match their checksums; :meth:`restore_latest`
@@ -67,10 +67,6 @@ ITEM_METADATA = "Metadata file does not exist"
 
 TRASH = "deleting"  # old checkpoints are renamed into this subdirectory, then removed
 UNFINISHED = ".orbax-checkpoint-tmp"  # orbax writes checkpoint <step> as <step><UNFINISHED>
-# A stop signal that comes while the run's last checkpoint is being written: what it asks for
-# is that checkpoint, given this long to finish (a few seconds when healthy; schedulers
-# allow a preempted job 30 s or more before SIGKILL) before the run stops without it.
-SIGNAL_GRACE_S = 30.0
 
 bucket_retries.configure_tensorstore()  # a bucket's failed requests retried as gcsfs does
 
@@ -93,7 +89,6 @@ class Checkpoints:
             item_names=("state", "data", "meta"),
         )
         self._writing: int | None = None  # the step of a save that may still be running
-        self._signal_before: str | None = None  # a stop signal received before it began
         late_reads.quiet()  # a damaged checkpoint's refusal stays one line
 
     def latest_step(self) -> int | None:
@@ -115,7 +110,6 @@ class Checkpoints:
                 f"the train state at step {step} holds NaN or Inf and was not saved; the last "
                 f"checkpoint is {self.latest_step()}")
         self._finish_writing()
-        self._signal_before = self.interrupted()
         items = {"state": ocp.args.StandardSave(state),
                  "meta": ocp.args.JsonSave({**meta, CHECKSUMS: checksums})}
         if data_iterator is not None:
@@ -126,19 +120,17 @@ class Checkpoints:
             self._writing = step
         return started
 
-    def _finish_writing(self, earlier: str | None | object = stalls.NOW,
-                        grace: float = 0.0) -> None:
+    def _finish_writing(self) -> None:
         """Waits for the save in flight, checks that it became a checkpoint, and removes
-        the checkpoints orbax retired. A stop signal other than ``earlier`` (by default the
-        one received when the wait begins) ends the wait, ``grace`` seconds after it came
-        (stalls.within)."""
+        the checkpoints orbax retired. The wait ends (WriteStalled) at ``timeout_s``, or
+        ``stalls.SIGNAL_GRACE_S`` after a stop signal (stalls.within)."""
         if self._stalled:
             return
         step = self._writing
         error: BaseException | None = None
         try:
             stalls.within(self.timeout_s, f"the write of checkpoint {step} to {self.directory}",
-                          self.manager.wait_until_finished, self.interrupted, earlier, grace)
+                          self.manager.wait_until_finished, self.interrupted)
         except WriteStalled:
             self._stalled = True
             raise
@@ -355,14 +347,9 @@ class Checkpoints:
         return dict(meta)
 
     def wait(self) -> None:
-        """Waits for the save in flight; raises UserError if it did not complete. A stop
-        signal received since that save began (while the run's last checkpoint was being
-        written, say) gives it :data:`SIGNAL_GRACE_S` more, as the checkpoint the signal asks
-        for, and then ends the wait (WriteStalled): a healthy write finishes, a stalled one
-        does not hold the run up to ``train.write_timeout_s``. (A save that makes a new
-        checkpoint, and close, wait for the one in flight whatever signal came before the
-        wait: the checkpoint a signal asked for.)"""
-        self._finish_writing(self._signal_before, SIGNAL_GRACE_S)
+        """Waits for the save in flight; raises UserError if it did not complete, and
+        WriteStalled if it did not return in time (:meth:`_finish_writing`)."""
+        self._finish_writing()
 
     def close(self) -> None:
         self._finish_writing()

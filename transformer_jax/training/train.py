@@ -182,7 +182,7 @@ class Run:
         """Trains to ``train.num_steps``; False if a stop signal ended it early (after a
         checkpoint)."""
         e, log_every = self.spec.evaluation, self.spec.loop.log_every
-        # A write that hangs is abandoned at once on a stop signal (stalls.within).
+        # A write that hangs is given up stalls.SIGNAL_GRACE_S after a stop signal (stalls.within).
         self.writer.interrupted = self.ckpts.interrupted = lambda: signals.received
         try:
             while self.step < self.total_steps:
