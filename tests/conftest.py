@@ -190,7 +190,10 @@ def pytest_sessionstart(session):
 # its slowest tests, docs/testing.md keeps the list.
 LONG_FIRST = ("tests/planning/test_compiled.py", "tests/integration/test_multihost.py",
               "tests/io/test_storage.py", "tests/fuzz/test_many_examples.py",
-              "tests/sweeps/test_search.py", "tests/training/test_parallel.py")
+              "tests/sweeps/test_search.py", "tests/training/test_parallel.py",
+              # make test's three longest (the loss curves, the numpy-checked steps): last in
+              # the collection's order, one worker ran them while the other had finished.
+              "tests/training/test_loss_curve.py", "tests/training/test_independent_steps.py")
 
 
 def pytest_collection_modifyitems(config, items):
