@@ -115,7 +115,14 @@ class Checkpoints:
         if data_iterator is not None:
             items["data"] = grain.checkpoint.CheckpointSave(data_iterator)
         logging.getLogger("absl").addFilter(self._save_errors)
-        started = self.manager.save(step, args=ocp.args.Composite(**items), force=force)
+        try:
+            started = self.manager.save(step, args=ocp.args.Composite(**items), force=force)
+        except OSError as e:  # a file orbax or grain writes before the save goes on its own
+            if not storage.out_of_space(e):  # (an OSError of a file's close names no path)
+                raise
+            self._remove_unfinished(step)
+            raise DiskFull(f"checkpoint {step} could not be written to {self.directory}: No "
+                           "space left on device; its unfinished copy was removed") from None
         if started:
             self._writing = step
         return started
@@ -140,9 +147,7 @@ class Checkpoints:
         self._writing = None
         if step is not None and not (self.directory / str(step)).is_dir():
             errors = [*self._save_errors.take(), *([error] if error else [])]
-            if jax.process_index() == 0:
-                for unfinished in self.directory.glob(f"{step}{UNFINISHED}*"):
-                    storage.rmtree(unfinished)
+            self._remove_unfinished(step)
             no_space = any(storage.full_disk(e, "") or "No space left on device" in str(e)
                            for e in errors)
             reason = ("No space left on device" if no_space else
@@ -158,6 +163,12 @@ class Checkpoints:
         if jax.process_index() == 0 and trash.is_dir():
             for old in trash.iterdir():
                 storage.rmtree(old)
+
+    def _remove_unfinished(self, step: int) -> None:
+        """Removes what a failed save of ``step`` left (process 0 alone)."""
+        if jax.process_index() == 0:
+            for unfinished in self.directory.glob(f"{step}{UNFINISHED}*"):
+                storage.rmtree(unfinished)
 
     def restore(self, step: int, state_template: Any,
                 data_iterator: Any | None = None) -> tuple[Any, dict[str, Any]]:
