@@ -120,9 +120,7 @@ class Checkpoints:
         except OSError as e:  # a file orbax or grain writes before the save goes on its own
             if not storage.out_of_space(e):  # (an OSError of a file's close names no path)
                 raise
-            self._remove_unfinished(step)
-            raise DiskFull(f"checkpoint {step} could not be written to {self.directory}: No "
-                           "space left on device; its unfinished copy was removed") from None
+            raise self._unwritten(step, "No space left on device", DiskFull) from None
         if started:
             self._writing = step
         return started
@@ -147,7 +145,6 @@ class Checkpoints:
         self._writing = None
         if step is not None and not (self.directory / str(step)).is_dir():
             errors = [*self._save_errors.take(), *([error] if error else [])]
-            self._remove_unfinished(step)
             no_space = any(storage.full_disk(e, "") or "No space left on device" in str(e)
                            for e in errors)
             reason = ("No space left on device" if no_space else
@@ -155,20 +152,21 @@ class Checkpoints:
             # The failed write leaves a coroutine of orbax's writer never awaited; Python
             # would report it at the exit, after the one line that says what happened.
             warnings.filterwarnings("ignore", "coroutine .* was never awaited", RuntimeWarning)
-            raise (DiskFull if no_space else UserError)(
-                f"checkpoint {step} could not be written to {self.directory}: {reason}; its "
-                "unfinished copy was removed")
+            raise self._unwritten(step, reason, DiskFull if no_space else UserError)
         self._save_errors.take()
         trash = self.directory / TRASH
         if jax.process_index() == 0 and trash.is_dir():
             for old in trash.iterdir():
                 storage.rmtree(old)
 
-    def _remove_unfinished(self, step: int) -> None:
-        """Removes what a failed save of ``step`` left (process 0 alone)."""
+    def _unwritten(self, step: int, reason: str, error: type[UserError]) -> UserError:
+        """The one line of a save of ``step`` that failed for ``reason``, once what it left is
+        removed (by process 0)."""
         if jax.process_index() == 0:
             for unfinished in self.directory.glob(f"{step}{UNFINISHED}*"):
                 storage.rmtree(unfinished)
+        return error(f"checkpoint {step} could not be written to {self.directory}: {reason}; "
+                     "its unfinished copy was removed")
 
     def restore(self, step: int, state_template: Any,
                 data_iterator: Any | None = None) -> tuple[Any, dict[str, Any]]:
